@@ -1,0 +1,220 @@
+"""The agent's lifecycle: detect, probe, report, until told to stop.
+
+:func:`run` proceeds in order:
+
+1. resolve the node name; detect the cgroup version and driver (absent cgroups degrade: the
+   Node carries no cgroup labels);
+2. probe devices once; a probe error other than ``Unsupported`` fails the start;
+3. connect the transport (announces ``online``) and publish the first Node and Device; then
+   ``ready`` is set;
+4. run the supervised components (the :class:`Reporter`) until ``stop`` is set;
+5. on the way out the transport announces ``offline`` and closes cleanly (or, after a fatal
+   error, disconnects so its will says ``offline``).
+
+Several agents may run in one process (``koordpy up --demo``), one per node, on one bus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+from prometheus_client import Counter
+
+from agent.cgroups import detect
+from agent.config import AgentConfig
+from agent.devices.base import DeviceProbe, ProbeResult, build_device, probe_all, probes_for
+from agent.errors import Unsupported
+from agent.node import HostFacts, build_node, node_name, read_host_facts
+from agent.report.bus import BusPublisher
+from agent.report.transport import Publisher
+from apis.core import Node
+from apis.meta import ObjectMeta
+from apis.scheduling import Device
+from koordpy import lifecycle
+from koordpy.bus import REPORTED_AT_ANNOTATION, Bus
+
+__all__ = ["Reporter", "run"]
+
+_log = logging.getLogger(__name__)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Reporter:
+    """Publishes the Node and Device of one node every interval and when woken.
+
+    A body identical to the last one is not sent again; the Node's Ready heartbeat is refreshed
+    only when the Node changed or ``heartbeat`` seconds have passed, so an idle node publishes
+    once per ``heartbeat``.
+    """
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        publisher: Publisher,
+        probes: Sequence[DeviceProbe],
+        facts: Callable[[], HostFacts],
+        cgroup: detect.CgroupInfo | None,
+        interval: float,
+        heartbeat: float,
+        probe_timeout: float,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.node = node
+        self.name = f"reporter/{node}"
+        self.wakeup = asyncio.Event()
+        self._publisher = publisher
+        self._probes = tuple(probes)
+        self._facts = facts
+        self._cgroup = cgroup
+        self._interval = interval
+        self._heartbeat_every = timedelta(seconds=heartbeat)
+        self._probe_timeout = probe_timeout
+        self._clock = clock
+        self._ready_since = clock()
+        self._heartbeat: datetime | None = None
+        self._node: Node | None = None
+        self._device: Device | None = None
+        self._device_since: datetime | None = None
+
+    @property
+    def last_node(self) -> Node | None:
+        return self._node
+
+    @property
+    def last_device(self) -> Device | None:
+        return self._device
+
+    def trigger(self) -> None:
+        """Report now (a device or node change was noticed)."""
+        self.wakeup.set()
+
+    async def run(self) -> None:
+        ticker = lifecycle.Ticker(self._interval)
+        while True:
+            await ticker.wait(self.wakeup)
+            self.wakeup.clear()
+            await self.report()
+
+    def _stamped(self, device: Device, now: datetime) -> Device:
+        """``device`` with the time its content last changed."""
+        previous = self._device
+        if previous is not None and self._device_since is not None:
+            unstamped = dict(previous.metadata.annotations)
+            unstamped.pop(REPORTED_AT_ANNOTATION, None)
+            same = (
+                msgspec.structs.replace(
+                    previous,
+                    metadata=msgspec.structs.replace(previous.metadata, annotations=unstamped),
+                )
+                == device
+            )
+            if same:
+                return previous
+        self._device_since = now
+        annotations = {**device.metadata.annotations, REPORTED_AT_ANNOTATION: now.isoformat()}
+        return msgspec.structs.replace(
+            device, metadata=msgspec.structs.replace(device.metadata, annotations=annotations)
+        )
+
+    async def report(self, results: Sequence[ProbeResult] | None = None) -> None:
+        """Probe (unless ``results`` are given), build and publish Node then Device."""
+        if results is None:
+            results = await probe_all(self._probes, limit=self._probe_timeout)
+        facts = await asyncio.to_thread(self._facts)
+        now = self._clock()
+        device = self._stamped(
+            build_device(Node(metadata=ObjectMeta(name=self.node)), results), now
+        )
+
+        def node_at(heartbeat: datetime) -> Node:
+            return build_node(
+                self.node,
+                facts,
+                heartbeat=heartbeat,
+                ready_since=self._ready_since,
+                cgroup=self._cgroup,
+                device=device,
+            )
+
+        node = node_at(self._heartbeat or now)
+        if (
+            self._heartbeat is None
+            or node != self._node
+            or now - self._heartbeat >= self._heartbeat_every
+        ):
+            self._heartbeat = now
+            node = node_at(now)
+        await self._publisher.report("node", node)
+        await self._publisher.report("device", device)
+        self._node = node
+        self._device = device
+
+
+def _detect_cgroups(cfg: AgentConfig) -> detect.CgroupInfo | None:
+    try:
+        return detect.detect(cfg.host, cfg.cgroup)
+    except Unsupported as err:
+        _log.warning("cgroups not available, running without them: %s", err)
+        return None
+
+
+async def run(
+    cfg: AgentConfig,
+    *,
+    bus: Bus,
+    stop: asyncio.Event,
+    node: str | None = None,
+    probes: Sequence[DeviceProbe] | None = None,
+    facts: Callable[[], HostFacts] | None = None,
+    detect_cgroups: bool = True,
+    restarts_metric: Counter | None = None,
+    ready: asyncio.Event | None = None,
+    clock: Callable[[], datetime] = _utcnow,
+) -> None:
+    """Run one node's agent on ``bus`` until ``stop`` is set.
+
+    ``node`` defaults to ``[agent] node_name``, ``$NODE_NAME`` or the hostname; ``probes`` to
+    the probes the config asks for (:func:`agent.devices.base.probes_for`); ``facts`` to this
+    host's (:func:`agent.node.read_host_facts`). ``ready`` is set once the first Node and
+    Device are published.
+    """
+    name = node_name(node, cfg)
+    cgroup = _detect_cgroups(cfg) if detect_cgroups else None
+    chosen = list(probes) if probes is not None else probes_for(cfg, name)
+    results = await probe_all(chosen, limit=cfg.devices.probe_timeout)
+    _log.info(
+        "node %s: %d device(s) from %d probe(s)",
+        name,
+        sum(len(r.devices) for r in results),
+        len(chosen),
+        extra={"node": name},
+    )
+    host = cfg.host
+    read_facts = facts if facts is not None else (lambda: read_host_facts(host))
+    counter = restarts_metric if restarts_metric is not None else lifecycle.restarts_counter()
+    async with contextlib.AsyncExitStack() as stack:
+        publisher = await stack.enter_async_context(BusPublisher(bus, name, clock=clock))
+        reporter = Reporter(
+            node=name,
+            publisher=publisher,
+            probes=chosen,
+            facts=read_facts,
+            cgroup=cgroup,
+            interval=cfg.report.interval,
+            heartbeat=cfg.report.heartbeat,
+            probe_timeout=cfg.devices.probe_timeout,
+            clock=clock,
+        )
+        await reporter.report(results)
+        if ready is not None:
+            ready.set()
+        await lifecycle.run_components([reporter], stop, restarts_metric=counter)

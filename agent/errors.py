@@ -1,0 +1,40 @@
+"""Errors of the node agent, translated at the edge into a hierarchy that encodes policy.
+
+::
+
+    AgentError                  base of everything the agent raises on purpose
+    ├── ConfigError             fatal: a bad config; the process exits 2 before starting
+    ├── TransientError          retry: the supervisor restarts the component with backoff
+    ├── Unsupported             degrade: hardware or a kernel feature is absent (no NVML, no
+    │                           cgroup file); the feature is switched off, the agent runs on
+    └── NotFound                ignore: a cgroup or process vanished between listing and use
+
+``ConfigError`` is also a :class:`koordpy.configfile.ConfigError` (and so a
+:class:`koordpy.lifecycle.Fatal`): ``supervise()`` never restarts a component that raised it.
+"""
+
+from __future__ import annotations
+
+from koordpy import configfile
+
+__all__ = ["AgentError", "ConfigError", "NotFound", "TransientError", "Unsupported"]
+
+
+class AgentError(Exception):
+    """Base of the agent's own errors."""
+
+
+class ConfigError(AgentError, configfile.ConfigError):
+    """The configuration cannot be used; fatal."""
+
+
+class TransientError(AgentError):
+    """A failure worth retrying (the supervisor restarts the component with backoff)."""
+
+
+class Unsupported(AgentError):  # noqa: N818 - names the policy (degrade)
+    """Missing hardware, library or kernel feature: degrade, do not retry."""
+
+
+class NotFound(AgentError):  # noqa: N818 - names the condition
+    """A cgroup or process vanished; callers ignore it."""

@@ -1,0 +1,255 @@
+"""This host as a Kubernetes ``Node``: capacity, labels, conditions and node info.
+
+:func:`read_host_facts` reads the host (psutil and a few files under :class:`HostPaths`);
+:func:`build_node` is pure: facts, cgroup detection and the Device report in, ``Node`` out.
+
+Capacity: ``cpu`` in millicores (logical CPUs), ``memory`` and ``ephemeral-storage`` (the root
+filesystem) in bytes, ``pods`` 110 (the kubelet's default), plus the accelerator resources of
+the healthy devices of the Device report: the sums of their ``koordinator.sh/gpu-core``,
+``gpu-memory``, ``gpu-memory-ratio`` and ``huawei.com/npu-*`` resources, the vendor's device
+count (``nvidia.com/gpu``, ``huawei.com/Ascend910`` or ``huawei.com/Ascend310P``,
+``metax-tech.com/gpu``; ``metax-tech.com/sgpu`` in sGPU mode), and ``koordinator.sh/gpu`` for
+NVIDIA. Allocatable equals capacity (no reservations yet).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import platform
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+import psutil
+
+from agent.cgroups.detect import CgroupInfo
+from agent.config import AgentConfig, HostPaths
+from apis import constants as k
+from apis.core import Node, NodeAddress, NodeStatus
+from apis.meta import Condition, ObjectMeta
+from apis.resources import ResourceList
+from apis.scheduling import Device
+
+__all__ = [
+    "LABEL_CGROUP_DRIVER",
+    "LABEL_CGROUP_VERSION",
+    "RESOURCE_HUAWEI_ASCEND_910",
+    "HostFacts",
+    "accelerator_resources",
+    "build_node",
+    "node_name",
+    "read_host_facts",
+]
+
+#: koordpy's own Node labels: how the node's cgroups are laid out.
+LABEL_CGROUP_VERSION: Final = "node.koordpy.io/cgroup-version"
+LABEL_CGROUP_DRIVER: Final = "node.koordpy.io/cgroup-driver"
+
+#: Well-known Kubernetes node labels (``kubernetes.io/hostname`` is in :mod:`apis.constants`).
+LABEL_OS: Final = "kubernetes.io/os"
+LABEL_ARCH: Final = "kubernetes.io/arch"
+#: Device-plugin count of Ascend 910 NPUs (every 910 model; 310P has its own name).
+RESOURCE_HUAWEI_ASCEND_910: Final = "huawei.com/Ascend910"
+
+#: The kubelet's default ``maxPods``.
+DEFAULT_MAX_PODS: Final = 110
+
+READY_REASON: Final = "AgentReady"
+READY_MESSAGE: Final = "koordpy agent is posting ready status"
+
+# Device resources summed into the Node (Koordinator's GPUDeviceResource sync).
+_SUMMED: Final = (
+    k.RESOURCE_GPU_CORE,
+    k.RESOURCE_GPU_MEMORY,
+    k.RESOURCE_GPU_MEMORY_RATIO,
+    k.RESOURCE_HUAWEI_NPU_CORE,
+    k.RESOURCE_HUAWEI_NPU_CPU,
+    k.RESOURCE_HUAWEI_NPU_DVPP,
+    k.RESOURCE_METAX_SGPU,
+)
+
+# Kubernetes spells architectures as Go does.
+_GOARCH: Final[Mapping[str, str]] = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armv7l": "arm",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+    "i686": "386",
+    "i386": "386",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """What the Node says about the machine; read once per report."""
+
+    hostname: str
+    cpus: int
+    memory: int
+    ephemeral_storage: int
+    kernel: str
+    os_image: str
+    architecture: str
+    operating_system: str = "linux"
+    machine_id: str = ""
+    boot_id: str = ""
+    internal_ips: tuple[str, ...] = ()
+
+
+def node_name(
+    explicit: str | None, cfg: AgentConfig, environ: Mapping[str, str] | None = None
+) -> str:
+    """``--node-name``, else ``[agent] node_name``, else ``$NODE_NAME``, else the hostname."""
+    env = os.environ if environ is None else environ
+    for candidate in (explicit, cfg.agent.node_name, env.get("NODE_NAME")):
+        if candidate:
+            return candidate
+    return socket.gethostname().lower()
+
+
+def _read_first_line(path: os.PathLike[str] | str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.readline().strip()
+    except OSError:
+        return ""
+
+
+def _os_image(host: HostPaths) -> str:
+    for candidate in ("/etc/os-release", "/usr/lib/os-release"):
+        try:
+            text = host.path(candidate).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "PRETTY_NAME":
+                return value.strip().strip('"').strip("'")
+    return platform.system()
+
+
+def _internal_ips() -> tuple[str, ...]:
+    found: list[str] = []
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family != socket.AF_INET:
+                continue
+            ip = ipaddress.ip_address(address.address)
+            if not ip.is_loopback and not ip.is_link_local:
+                found.append(str(ip))
+    return tuple(sorted(set(found)))
+
+
+def read_host_facts(host: HostPaths) -> HostFacts:
+    """This machine's facts (the host's /proc and / when ``host.root`` is not ``/``)."""
+    if host.root != "/":
+        psutil.PROCFS_PATH = str(host.proc)
+    try:
+        storage = psutil.disk_usage(str(host.path("/"))).total
+    except OSError:
+        storage = 0
+    machine = platform.machine()
+    return HostFacts(
+        hostname=socket.gethostname().lower(),
+        cpus=psutil.cpu_count(logical=True) or 1,
+        memory=psutil.virtual_memory().total,
+        ephemeral_storage=storage,
+        kernel=platform.release(),
+        os_image=_os_image(host),
+        architecture=_GOARCH.get(machine, machine.lower()),
+        operating_system=platform.system().lower() or "linux",
+        machine_id=_read_first_line(host.path("/etc/machine-id")),
+        boot_id=_read_first_line(host.proc / "sys/kernel/random/boot_id"),
+        internal_ips=_internal_ips(),
+    )
+
+
+def accelerator_resources(device: Device | None) -> ResourceList:
+    """Node resources contributed by the healthy devices of a Device report."""
+    if device is None:
+        return ResourceList()
+    healthy = [d for d in device.spec.devices if d.type == k.DEVICE_TYPE_GPU and d.health]
+    if not healthy:
+        return ResourceList()
+    totals = ResourceList.total(d.resources.mask(_SUMMED) for d in healthy)
+    extra: dict[str, int] = {}
+    vendor = device.metadata.labels.get(k.LABEL_GPU_VENDOR, "")
+    model = device.metadata.labels.get(k.LABEL_GPU_MODEL, "")
+    count = len(healthy)
+    if vendor == k.GPU_VENDOR_NVIDIA:
+        extra[k.RESOURCE_NVIDIA_GPU] = count
+        extra[k.RESOURCE_GPU] = totals.get_amount(k.RESOURCE_GPU_CORE)
+    elif vendor == k.GPU_VENDOR_HUAWEI:
+        name = k.RESOURCE_HUAWEI_ASCEND_310P if "310P" in model else RESOURCE_HUAWEI_ASCEND_910
+        extra[name] = count
+    elif vendor == k.GPU_VENDOR_METAX:
+        extra[k.RESOURCE_METAX_GPU] = count
+    return totals + extra
+
+
+def build_node(
+    name: str,
+    facts: HostFacts,
+    *,
+    heartbeat: datetime,
+    ready_since: datetime,
+    cgroup: CgroupInfo | None = None,
+    device: Device | None = None,
+) -> Node:
+    """The Node object for this agent's report (pure)."""
+    labels = {
+        k.LABEL_HOSTNAME: name,
+        LABEL_OS: facts.operating_system,
+        LABEL_ARCH: facts.architecture,
+    }
+    if cgroup is not None:
+        labels[LABEL_CGROUP_VERSION] = str(cgroup.version)
+        labels[LABEL_CGROUP_DRIVER] = str(cgroup.driver)
+    if device is not None:
+        for key in (k.LABEL_GPU_VENDOR, k.LABEL_GPU_MODEL, k.LABEL_GPU_DRIVER_VERSION):
+            value = device.metadata.labels.get(key)
+            if value:
+                labels[key] = value
+    capacity = ResourceList(
+        {
+            k.RESOURCE_CPU: facts.cpus * 1000,
+            k.RESOURCE_MEMORY: facts.memory,
+            k.RESOURCE_EPHEMERAL_STORAGE: facts.ephemeral_storage,
+            k.RESOURCE_PODS: DEFAULT_MAX_PODS,
+        }
+    ) + accelerator_resources(device)
+    ready = Condition(
+        type="Ready",
+        status="True",
+        reason=READY_REASON,
+        message=READY_MESSAGE,
+        last_heartbeat_time=heartbeat,
+        last_transition_time=ready_since,
+    )
+    addresses = [NodeAddress(type="InternalIP", address=ip) for ip in facts.internal_ips]
+    addresses.append(NodeAddress(type="Hostname", address=facts.hostname))
+    info = {
+        "machineID": facts.machine_id,
+        "bootID": facts.boot_id,
+        "kernelVersion": facts.kernel,
+        "osImage": facts.os_image,
+        "operatingSystem": facts.operating_system,
+        "architecture": facts.architecture,
+    }
+    return Node(
+        metadata=ObjectMeta(name=name, labels=labels),
+        status=NodeStatus(
+            capacity=capacity,
+            allocatable=capacity,
+            conditions=(ready,),
+            addresses=tuple(addresses),
+            node_info={k: v for k, v in info.items() if v},
+        ),
+    )

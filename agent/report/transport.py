@@ -1,0 +1,33 @@
+"""How the agent's reports leave the node: the ``Publisher`` seam.
+
+A transport publishes this node's state objects retained under ``koordpy/v1/nodes/{node}/``
+(``node``, ``device``, ``nodemetric``), its events unretained (``events``), and its
+``status`` (``online`` while connected; the will says ``offline``). The in-process bus
+(:mod:`agent.report.bus`) implements it now, an MQTT transport later.
+
+Transports are async context managers: entering connects and announces ``online``; leaving
+normally (or by cancellation) announces ``offline`` and closes cleanly; leaving with an error
+disconnects uncleanly, so the will announces ``offline`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from apis.core import Event
+from apis.meta import Object
+
+__all__ = ["Publisher", "StateLeaf"]
+
+#: Topic leaves that carry a node's retained state.
+StateLeaf = Literal["node", "device", "nodemetric"]
+
+
+class Publisher(Protocol):
+    async def report(self, leaf: StateLeaf, obj: Object) -> bool:
+        """Publish ``obj`` retained; ``False`` (and nothing sent) when it equals the last one."""
+        ...
+
+    async def event(self, event: Event) -> None:
+        """Publish a Kubernetes Event about this node or its pods (not retained)."""
+        ...

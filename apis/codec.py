@@ -1,0 +1,253 @@
+"""Decoding and encoding objects: YAML/JSON documents <-> Structs.
+
+Everything that turns bytes into objects goes through here, so every error names the source,
+the document index, the field path and the offending value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+import yaml
+
+from apis.duration import Duration
+from apis.errors import DecodeError, UnknownKind
+from apis.kinds import Kind, Registry, default_registry
+from apis.meta import Object
+from apis.resources import ResourceList
+
+__all__ = [
+    "decode_as",
+    "decode_documents",
+    "decode_json",
+    "decode_object",
+    "dump_yaml",
+    "encode_json",
+    "kind_of",
+    "load_yaml_documents",
+    "to_builtins",
+]
+
+T = TypeVar("T")
+_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+
+
+def _dec_hook(target: type, value: Any) -> Any:
+    if target is ResourceList:
+        if isinstance(value, ResourceList):
+            return value
+        return ResourceList.parse(value)
+    if target is Duration:
+        if isinstance(value, Duration):
+            return value
+        return Duration.parse(value)
+    raise NotImplementedError(f"no decoder for {target!r}")
+
+
+def _enc_hook(value: Any) -> Any:
+    if isinstance(value, ResourceList):
+        return value.to_wire()
+    if isinstance(value, Duration):
+        return str(value)
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+def encode_json(obj: Any) -> bytes:
+    """Compact JSON of an object (or any Struct/builtin mix)."""
+    return _ENCODER.encode(obj)
+
+
+def to_builtins(obj: Any) -> Any:
+    """Plain dicts/lists/strings, as the object looks on the wire."""
+    return msgspec.to_builtins(obj, enc_hook=_enc_hook)
+
+
+def _decoder(target: type[T]) -> msgspec.json.Decoder[T]:
+    found = _DECODERS.get(target)
+    if found is None:
+        found = msgspec.json.Decoder(target, dec_hook=_dec_hook)
+        _DECODERS[target] = found
+    return found
+
+
+def _lookup(document: Any, path: str) -> tuple[bool, Any]:
+    """Resolve a msgspec error path (``.spec.containers[0].name``) inside a raw document."""
+    node = document
+    for part in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+        key, index = part
+        try:
+            node = node[int(index)] if index else node[key]
+        except (KeyError, IndexError, TypeError):
+            return False, None
+    return True, node
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(?P<name>[^`]+)`")
+_MISSING_FIELD = re.compile(r"Object missing required field `(?P<name>[^`]+)`")
+_BAD_RESOURCE = re.compile(r"resource '(?P<name>[^']+)': ")
+
+
+def _child(parent: str, key: str) -> str:
+    """``parent.key``, or ``parent[key]`` for keys with dots or slashes (resource names)."""
+    return f"{parent}[{key}]" if ("." in key or "/" in key) else f"{parent}.{key}"
+
+
+def _translate(err: msgspec.ValidationError, raw: Any) -> DecodeError:
+    message = str(err)
+    path = ""
+    match = _PATH.search(message)
+    if match is not None:
+        message = message[: match.start()]
+        path = match["path"]
+    found, node = _lookup(raw, path)
+    key = ""
+    for pattern, text in (
+        (_UNKNOWN_FIELD, "unknown field"),
+        (_MISSING_FIELD, "missing required field"),
+    ):
+        named = pattern.match(message)
+        if named is not None:
+            key, message = named["name"], text
+            break
+    else:
+        resource = _BAD_RESOURCE.match(message)
+        if resource is not None:
+            key, message = resource["name"], message[resource.end() :]
+    if key:
+        path = _child(path, key)
+        found, node = (
+            (True, node[key]) if found and isinstance(node, dict) and key in node else (False, None)
+        )
+    value = _show(node) if found and not isinstance(node, (dict, list)) else ""
+    return DecodeError(message, field=path.lstrip("."), value=value)
+
+
+def decode_as(raw: Any, target: type[T]) -> T:
+    """Convert raw builtins into ``target``; errors become :class:`DecodeError`."""
+    try:
+        return msgspec.convert(raw, target, dec_hook=_dec_hook)
+    except msgspec.ValidationError as err:
+        raise _translate(err, raw) from None
+
+
+def kind_of(raw: Any, registry: Registry) -> Kind:
+    if not isinstance(raw, dict):
+        raise DecodeError(f"expected an object (mapping), got {type(raw).__name__}")
+    api_version = raw.get("apiVersion")
+    kind = raw.get("kind")
+    if not isinstance(api_version, str) or not api_version:
+        raise DecodeError("apiVersion is required", field="apiVersion")
+    if not isinstance(kind, str) or not kind:
+        raise DecodeError("kind is required", field="kind")
+    try:
+        return registry.for_gvk(api_version, kind)
+    except UnknownKind as err:
+        raise DecodeError(str(err), field="kind", value=_show(kind)) from None
+
+
+def decode_object(raw: Any, *, registry: Registry | None = None) -> Object:
+    """One raw document (builtins) -> the Struct of its kind, apiVersion normalised."""
+    registry = registry or default_registry()
+    kind = kind_of(raw, registry)
+    if raw["apiVersion"] != kind.api_version:
+        raw = {**raw, "apiVersion": kind.api_version}
+    return decode_as(raw, kind.type)
+
+
+def decode_json(data: bytes | str, target: type[T]) -> T:
+    """Fast path for trusted JSON of a known type (store reload, wire messages)."""
+    try:
+        return _decoder(target).decode(data)
+    except msgspec.ValidationError as err:
+        raise _translate(err, _safe_json(data)) from None
+    except msgspec.DecodeError as err:
+        raise DecodeError(f"invalid JSON: {err}") from None
+
+
+def _safe_json(data: bytes | str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that keeps timestamps as strings (msgspec parses them where typed)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def load_yaml_documents(text: str, *, source: str = "") -> list[Any]:
+    """Parse multi-document YAML (JSON is YAML too); empty documents are dropped."""
+    try:
+        docs = list(yaml.load_all(text, Loader=_Loader))  # a SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise DecodeError(f"invalid YAML{where}: {problem}", source=source) from None
+    return [doc for doc in docs if doc is not None]
+
+
+def _expand(docs: Iterable[Any]) -> Iterator[Any]:
+    """Flatten ``kind: List`` (and ``*List``) documents into their items."""
+    for doc in docs:
+        if (
+            isinstance(doc, dict)
+            and isinstance(doc.get("kind"), str)
+            and doc["kind"].endswith("List")
+            and isinstance(doc.get("items"), list)
+        ):
+            yield from doc["items"]
+        else:
+            yield doc
+
+
+def decode_documents(
+    text: str, *, source: str = "", registry: Registry | None = None
+) -> list[Object]:
+    """Every object in a YAML/JSON stream; the first bad document raises with its location."""
+    objects: list[Object] = []
+    for index, raw in enumerate(_expand(load_yaml_documents(text, source=source))):
+        try:
+            objects.append(decode_object(raw, registry=registry))
+        except DecodeError as err:
+            raise err.located(source=source, index=index) from None
+    return objects
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block-style YAML with multi-line strings as literals."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    if "\n" in value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def dump_yaml(obj: Any) -> str:
+    """YAML as kubectl prints it (field order kept); a sequence becomes several documents."""
+    if isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
+        return "---\n".join(dump_yaml(item) for item in obj)
+    return yaml.dump(to_builtins(obj), Dumper=_Dumper, sort_keys=False, allow_unicode=True)

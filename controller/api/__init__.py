@@ -1,0 +1,1 @@
+"""The controller's gRPC API: proto, server and client."""

@@ -1,0 +1,89 @@
+"""Assembling the controller: store, API, metrics, control loops and (embedded) ingest.
+
+Both ``koordpy controller run`` and the all-in-one ``koordpy up`` build the controller here and
+differ only in what runs beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter
+
+from controller.api.server import ApiServer
+from controller.config import ControllerConfig
+from controller.ingest import Ingest
+from controller.loops import LoopRunner, build_loops
+from controller.store import Store
+from koordpy import lifecycle
+from koordpy.bus import Bus
+from koordpy.exposition import MetricsEndpoint, serve_metrics
+
+__all__ = ["STORE_FILE", "Controller", "open_controller"]
+
+log = logging.getLogger(__name__)
+
+#: The SQLite file inside the state directory.
+STORE_FILE = "store.db"
+
+
+@dataclass(slots=True)
+class Controller:
+    """A started controller: what its daemon supervises and where it can be reached."""
+
+    store: Store
+    api: ApiServer
+    metrics: MetricsEndpoint | None
+    registry: CollectorRegistry
+    restarts: Counter
+    components: list[lifecycle.Component] = field(default_factory=list)
+
+
+def _open_store(cfg: ControllerConfig, state_dir: Path) -> Store:
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    store = Store(path=state_dir / STORE_FILE, synchronous=cfg.store.synchronous)
+    log.info(
+        "store %s reloaded at resourceVersion %d", state_dir / STORE_FILE, store.resource_version
+    )
+    return store
+
+
+async def open_controller(
+    stack: contextlib.AsyncExitStack,
+    cfg: ControllerConfig,
+    *,
+    state_dir: Path,
+    api_address: str | None,
+    metrics_address: str | None = None,
+    bus: Bus | None = None,
+) -> Controller:
+    """Open the store, start the API and metrics; ``stack`` closes them in reverse order."""
+    store = _open_store(cfg, state_dir)
+    stack.callback(store.close)
+    stack.push_async_callback(store.aclose)
+    registry = CollectorRegistry()
+    restarts = lifecycle.restarts_counter(registry)
+    api = ApiServer(
+        store,
+        api_address or cfg.api.address or None,
+        token=cfg.api_token(),
+        tls_cert=Path(cfg.api.tls_cert) if cfg.api.tls_cert else None,
+        tls_key=Path(cfg.api.tls_key) if cfg.api.tls_key else None,
+        grace=cfg.api.shutdown_grace,
+    )
+    await stack.enter_async_context(api)
+    metrics = stack.enter_context(serve_metrics(metrics_address or cfg.metrics.address, registry))
+    components: list[lifecycle.Component] = [LoopRunner(store, build_loops())]
+    if bus is not None:
+        components.insert(0, Ingest(bus, store, registry=registry))
+    return Controller(
+        store=store,
+        api=api,
+        metrics=metrics,
+        registry=registry,
+        restarts=restarts,
+        components=components,
+    )

@@ -1,0 +1,113 @@
+"""The controller's configuration: ``/etc/koordpy/controller.toml`` decoded into strict Structs.
+
+Every key is optional; an unknown key is an error naming it (exit status 2). Example::
+
+    [controller]
+    state_dir = "/var/lib/koordpy"
+    log_level = "info"
+
+    [api]
+    address = "0.0.0.0:7443"      # default: the unix socket (see controller.api.address)
+    token_file = "/etc/koordpy/api-token"
+    tls_cert = "/etc/koordpy/tls.crt"
+    tls_key = "/etc/koordpy/tls.key"
+
+    [store]
+    synchronous = "NORMAL"        # or "FULL": fsync every commit (survives power loss)
+
+    [metrics]
+    address = ":9317"
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final, Literal
+
+import msgspec
+
+from controller.errors import ConfigError
+from koordpy import configfile
+
+__all__ = [
+    "DEFAULT_PATH",
+    "DEFAULT_STATE_DIR",
+    "ApiSection",
+    "ControllerConfig",
+    "ControllerSection",
+    "MetricsSection",
+    "StoreSection",
+    "load",
+]
+
+#: Where ``koordpy controller run`` looks for its config when ``--config`` is not given.
+DEFAULT_PATH: Final = "/etc/koordpy/controller.toml"
+#: State directory of ``koordpy controller run`` (``koordpy up`` uses a per-user one).
+DEFAULT_STATE_DIR: Final = "/var/lib/koordpy"
+
+
+class ControllerSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: Directory holding the SQLite store. Default: ``--state-dir``, else ``/var/lib/koordpy``.
+    state_dir: str = ""
+    #: Log level name (``debug``, ``info``, ``warning``, ``error``). Default ``info``.
+    log_level: str = "info"
+
+
+class ApiSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: Listen address: ``unix:///path.sock`` or ``host:port``. Default: ``--api``, else
+    #: ``$KOORDPY_API``, else ``unix:///run/koordpy/controller.sock`` (root).
+    address: str = ""
+    #: Bearer token a TCP API requires. Default none (prefer ``token_file``).
+    token: str = ""
+    #: File holding the bearer token (first line). Default none.
+    token_file: str = ""
+    #: TLS certificate and key (PEM) for a TCP API. Default none (plain TCP).
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: Seconds calls in flight get to finish at shutdown. Default 2.
+    shutdown_grace: float = 2.0
+
+
+class StoreSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: SQLite ``synchronous`` mode: ``NORMAL`` (a committed write survives the process being
+    #: killed) or ``FULL`` (it also survives power loss). Default ``NORMAL``.
+    synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+
+
+class MetricsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: Prometheus endpoint ``[host]:port``; ``off`` disables it. Default ``:9317``.
+    address: str = ":9317"
+
+
+class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    controller: ControllerSection = msgspec.field(default_factory=ControllerSection)
+    api: ApiSection = msgspec.field(default_factory=ApiSection)
+    store: StoreSection = msgspec.field(default_factory=StoreSection)
+    metrics: MetricsSection = msgspec.field(default_factory=MetricsSection)
+
+    def api_token(self) -> str:
+        """The bearer token: ``token``, else the first line of ``token_file``."""
+        if self.api.token:
+            return self.api.token
+        if not self.api.token_file:
+            return ""
+        try:
+            text = Path(self.api.token_file).read_text(encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(
+                f"[api] token_file: cannot read {self.api.token_file!r}: {err.strerror}"
+            ) from None
+        lines = text.strip().splitlines()
+        if not lines or not lines[0].strip():
+            raise ConfigError(f"[api] token_file: {self.api.token_file!r} is empty")
+        return lines[0].strip()
+
+
+def load(path: str | None) -> ControllerConfig:
+    """Load ``path`` (or the default path, which may be absent)."""
+    try:
+        return configfile.load_config(path, ControllerConfig, default=DEFAULT_PATH)
+    except ConfigError:
+        raise
+    except configfile.ConfigError as err:
+        raise ConfigError(str(err)) from None

@@ -1,0 +1,74 @@
+"""``koordpy controller run``: the central controller as a long-running daemon."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from controller import app
+from controller.config import DEFAULT_STATE_DIR, ControllerConfig, load
+from controller.errors import ConfigError, ControllerError
+from koordpy import configfile, lifecycle, logs
+from koordpy.exposition import MetricsAddressError
+
+__all__ = ["main", "run"]
+
+log = logging.getLogger(__name__)
+
+
+async def run(
+    cfg: ControllerConfig,
+    *,
+    state_dir: Path,
+    api_address: str | None = None,
+    metrics_address: str | None = None,
+    stop: asyncio.Event,
+) -> None:
+    """Serve until ``stop`` is set; every resource is closed before returning."""
+    async with contextlib.AsyncExitStack() as stack:
+        controller = await app.open_controller(
+            stack,
+            cfg,
+            state_dir=state_dir,
+            api_address=api_address,
+            metrics_address=metrics_address,
+        )
+        log.info("controller ready: API %s, state %s", controller.api.address, state_dir)
+        lifecycle.notify_ready()
+        await lifecycle.run_components(
+            controller.components, stop, restarts_metric=controller.restarts
+        )
+        lifecycle.notify_stopping()
+
+
+def main(args: argparse.Namespace) -> int:
+    """CLI: ``koordpy controller run [--config F] [--state-dir D] [--api A]``."""
+    try:
+        cfg = load(args.config)
+    except ConfigError as err:
+        return configfile.exit_on_error(configfile.ConfigError(str(err)))
+    logs.setup_logging(cfg.controller.log_level)
+    state_dir = Path(args.state_dir or cfg.controller.state_dir or DEFAULT_STATE_DIR)
+
+    async def serve() -> None:
+        with lifecycle.stop_event() as stop:
+            await run(
+                cfg,
+                state_dir=state_dir,
+                api_address=args.api or None,
+                metrics_address=args.metrics_address,
+                stop=stop,
+            )
+
+    try:
+        asyncio.run(serve())
+    except (ConfigError, MetricsAddressError) as err:
+        log.error("cannot start: %s", err)
+        return configfile.EXIT_CONFIG
+    except ControllerError as err:
+        log.error("controller failed: %s", err)
+        return 1
+    return 0

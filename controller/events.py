@@ -1,0 +1,131 @@
+"""Recording Kubernetes Events about objects, aggregated like client-go's recorder.
+
+An Event names the object it is about (``involvedObject``), a reason and a message. A repeat of
+the same (object, type, reason, message) within one recorder increments ``count`` and moves
+``lastTimestamp`` instead of creating another Event. Events about cluster-scoped objects live in
+namespace ``default``, as Kubernetes puts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+import msgspec
+
+from apis.core import Event, EventSource
+from apis.kinds import Registry
+from apis.meta import Object, ObjectMeta, ObjectReference
+from controller.errors import NotFound
+from controller.store import Store
+
+__all__ = ["MAX_MESSAGE_BYTES", "EventRecorder"]
+
+#: Kubernetes truncates an event's note to this many bytes.
+MAX_MESSAGE_BYTES = 1024
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+_Key = tuple[str, str, str, str, str, str, str]
+
+
+def _truncate(message: str) -> str:
+    raw = message.encode()
+    if len(raw) <= MAX_MESSAGE_BYTES:
+        return message
+    return raw[: MAX_MESSAGE_BYTES - 3].decode(errors="ignore") + "..."
+
+
+class EventRecorder:
+    """Writes Events through the store on behalf of one component."""
+
+    def __init__(
+        self, store: Store, *, component: str, clock: Callable[[], datetime], host: str = ""
+    ) -> None:
+        self._store = store
+        self._component = component
+        self._host = host
+        self._clock = clock
+        self._seen: dict[_Key, tuple[str, str]] = {}
+
+    @property
+    def registry(self) -> Registry:
+        return self._store.registry
+
+    def reference(self, obj: Object) -> ObjectReference:
+        return ObjectReference(
+            api_version=obj.api_version,
+            kind=obj.kind,
+            namespace=obj.metadata.namespace,
+            name=obj.metadata.name,
+            uid=obj.metadata.uid,
+            resource_version=obj.metadata.resource_version,
+        )
+
+    def record(self, obj: Object, *, type: str, reason: str, message: str) -> Event:  # noqa: A002
+        """Create the Event, or bump the count of the identical one recorded before."""
+        now = self._clock().replace(microsecond=0)
+        message = _truncate(message)
+        namespace = obj.metadata.namespace or "default"
+        key: _Key = (
+            obj.kind,
+            namespace,
+            obj.metadata.name,
+            obj.metadata.uid,
+            type,
+            reason,
+            message,
+        )
+        kind = self.registry.for_type(Event)
+        previous = self._seen.get(key)
+        if previous is not None:
+            try:
+                existing = self._store.get(kind, previous[1], previous[0])
+            except NotFound:
+                existing = None
+            if isinstance(existing, Event):
+                updated = msgspec.structs.replace(
+                    existing,
+                    metadata=msgspec.structs.replace(existing.metadata, resource_version=""),
+                    count=existing.count + 1,
+                    last_timestamp=now,
+                )
+                stored = self._store.update(updated)
+                assert isinstance(stored, Event)
+                return stored
+        event = Event(
+            metadata=ObjectMeta(
+                name=f"{obj.metadata.name}.{int(now.timestamp() * 1e9):x}",
+                namespace=namespace,
+            ),
+            involved_object=self.reference(obj),
+            reason=reason,
+            message=message,
+            source=EventSource(component=self._component, host=self._host),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            type=type,
+            reporting_component=self._component,
+            reporting_instance=self._host,
+        )
+        event = self._create_unique(event)
+        self._seen[key] = (event.metadata.namespace, event.metadata.name)
+        return event
+
+    def _create_unique(self, event: Event) -> Event:
+        base = event.metadata.name
+        for attempt in range(1000):
+            name = base if attempt == 0 else f"{base}-{attempt}"
+            candidate = msgspec.structs.replace(
+                event, metadata=msgspec.structs.replace(event.metadata, name=name)
+            )
+            kind = self.registry.for_type(Event)
+            try:
+                self._store.get(kind, name, candidate.metadata.namespace)
+            except NotFound:
+                stored = self._store.create(candidate)
+                assert isinstance(stored, Event)
+                return stored
+        raise RuntimeError(f"no free event name for {base}")

@@ -1,0 +1,104 @@
+"""Control loops: the extension point every controller feature plugs into.
+
+A control loop reads an immutable snapshot of the store, decides, and writes through the store.
+It never sleeps or keeps time itself: ``reconcile`` returns how long until it wants to run again
+(``None`` = only when something changes), so the same loop runs under the real clock in the
+daemon (:class:`LoopRunner`) and under a simulated one in ``koordpy simulate``.
+
+``LOOPS`` is the explicit name -> factory table, in the order loops run within one pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+from controller.store import Store
+
+__all__ = ["LOOPS", "ControlLoop", "LoopContext", "LoopFactory", "LoopRunner", "build_loops"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopContext:
+    """What a loop may touch: the store and the clock (real or simulated)."""
+
+    store: Store
+    now: Callable[[], datetime]
+
+
+@runtime_checkable
+class ControlLoop(Protocol):
+    """One control loop. ``reconcile`` returns seconds until its next wanted run, or None."""
+
+    name: str
+
+    def reconcile(self, ctx: LoopContext) -> float | None: ...
+
+
+LoopFactory = Callable[[], ControlLoop]
+
+#: Every control loop of the controller, in run order. Later features add their entries here.
+LOOPS: Mapping[str, LoopFactory] = {}
+
+
+def build_loops(table: Mapping[str, LoopFactory] | None = None) -> list[ControlLoop]:
+    """Instantiate every loop of ``table`` (default :data:`LOOPS`)."""
+    loops = [factory() for factory in (LOOPS if table is None else table).values()]
+    for loop in loops:
+        if not isinstance(loop, ControlLoop):
+            raise TypeError(f"{loop!r} does not implement ControlLoop")
+    return loops
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class LoopRunner:
+    """Runs loops under the real clock: on every store change and at each requested time."""
+
+    name = "control-loops"
+
+    def __init__(
+        self,
+        store: Store,
+        loops: Sequence[ControlLoop],
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+        idle_interval: float = 30.0,
+    ) -> None:
+        self._store = store
+        self._loops = list(loops)
+        self._ctx = LoopContext(store=store, now=clock)
+        self._idle = idle_interval
+
+    def run_pass(self) -> float | None:
+        """Run each loop once; the shortest wait any loop asked for."""
+        waits: list[float] = []
+        for loop in self._loops:
+            wait = loop.reconcile(self._ctx)
+            if wait is not None:
+                waits.append(max(0.0, wait))
+        return min(waits) if waits else None
+
+    async def run(self) -> None:
+        if not self._loops:
+            await asyncio.Event().wait()  # nothing to run; stay until cancelled
+        watch = self._store.watch(None)
+        try:
+            while True:
+                wait = self.run_pass()
+                timeout = self._idle if wait is None else min(wait, self._idle)
+                try:
+                    async with asyncio.timeout(timeout):
+                        await anext(watch)
+                except TimeoutError:
+                    continue
+        finally:
+            watch.close()

@@ -1,0 +1,790 @@
+"""The controller's object store: Kubernetes objects with Kubernetes semantics.
+
+- Namespaced kinds default to namespace ``default``; cluster-scoped objects have none.
+- ``metadata.resourceVersion`` is the decimal string of one global counter, increased by every
+  write. A write carrying a stale version fails with :class:`~controller.errors.Conflict`; an
+  empty version makes the write unconditional.
+- ``create`` sets the uid, creationTimestamp (whole seconds, UTC, from the injected clock) and
+  generation 1, and generates the name from ``metadata.generateName`` when no name is given.
+- ``update`` keeps server-owned metadata; ``generation`` counts changes outside metadata and
+  status; an update that changes nothing is a no-op (no new version, no event).
+- ``apply`` is kubectl apply as a user sees it: create when absent, else the incoming labels,
+  annotations, finalizers, owner references and body replace the stored ones (the status only
+  when the incoming object carries one); "unchanged" when that changes nothing.
+- ``delete`` of an object with finalizers only sets ``deletionTimestamp``; the update that
+  removes its last finalizer deletes it.
+- Watches deliver ADDED/MODIFIED/DELETED in resourceVersion order (:mod:`controller.watching`);
+  control loops read immutable snapshots (:mod:`controller.snapshots`).
+
+Transactions and durability. Every write runs in a transaction. A synchronous write method
+(``create``, ``update``, ``apply``, ``delete``, ``apply_many``) called on its own is one
+transaction, committed to SQLite before it returns. ``submit(op)`` queues ``op`` for the
+committer task, which runs everything queued so far in one transaction, commits it, publishes
+the watch events, and then resolves each caller with its op's result or exception. An op that
+raises rolls back only its own changes; the others in the batch still commit. Writes made by an
+op (or by ``apply_many``) and ``get``/``list`` called from inside it see that transaction's
+changes; everywhere else reads see committed state only.
+
+The store is used from one thread (the event loop's, or a plain script's). With ``path=None``
+it keeps everything in memory and behaves the same, minus persistence. See
+:mod:`controller.persistence` for what "committed" guarantees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import enum
+import logging
+import os
+import random
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, cast
+
+from apis import validation
+from apis.codec import decode_json
+from apis.errors import DecodeError
+from apis.kinds import Kind, Registry, default_registry
+from apis.labels import Selector
+from apis.meta import Object, ObjectMeta
+from controller import mutations
+from controller.errors import AlreadyExists, Conflict, Invalid, NotFound, StoreError
+from controller.persistence import Database, Synchronous, encode
+from controller.snapshots import KindView, Snapshot
+from controller.watching import Change, EventType, Watch, WatchEvent, WatchHub
+
+__all__ = ["EventType", "Outcome", "Snapshot", "Store", "Watch", "WatchEvent"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+ObjT = TypeVar("ObjT", bound=Object)
+P = ParamSpec("P")
+Key = tuple[str, str, str]
+
+#: Characters of generated name suffixes (no vowels, no look-alikes), as Kubernetes uses.
+NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+NAME_SUFFIX_LENGTH = 5
+#: generateName is cut to this length so the generated name stays a valid label (63).
+MAX_GENERATE_PREFIX = 58
+_GENERATE_ATTEMPTS = 16
+#: Recently stored objects whose JSON :meth:`Store.encode` keeps (encoded once, served often).
+ENCODED_CACHE_SIZE = 8_192
+#: hex digit -> the digit with the RFC 4122 variant bits (10xx) set
+_UUID_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+_FINALIZERS_FORBIDDEN = validation.FieldError(
+    "metadata.finalizers",
+    "Forbidden",
+    "no new finalizers can be added if the object is being deleted",
+)
+
+
+class Outcome(enum.StrEnum):
+    CREATED = "created"
+    CONFIGURED = "configured"
+    UNCHANGED = "unchanged"
+    DELETED = "deleted"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(slots=True)
+class _Transaction:
+    """Changes staged since the last commit; ``mark``/``rollback`` undo a part of them."""
+
+    resource_version: int
+    #: the instant this transaction's writes are stamped with (read from the clock once)
+    now: datetime | None = None
+    staged: dict[Key, Object | None] = field(default_factory=dict)
+    undo: list[tuple[Key, bool, Object | None]] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+
+    def mark(self) -> tuple[int, int, int]:
+        return len(self.undo), len(self.changes), self.resource_version
+
+    def rollback(self, mark: tuple[int, int, int]) -> None:
+        undo_len, changes_len, version = mark
+        staged, undo = self.staged, self.undo
+        while len(undo) > undo_len:
+            key, had, previous = undo.pop()
+            if had:
+                staged[key] = previous
+            else:
+                del staged[key]
+        del self.changes[changes_len:]
+        self.resource_version = version
+
+    def stage(
+        self, key: Key, kind: str, event: EventType, obj: Object, previous: Object | None
+    ) -> None:
+        """Stage ``obj`` (for DELETED: its last state) at ``self.resource_version``."""
+        staged = self.staged
+        had = key in staged
+        self.undo.append((key, had, staged[key] if had else None))
+        staged[key] = None if event is EventType.DELETED else obj
+        self.changes.append(Change(event, kind, obj, previous, self.resource_version))
+
+
+@dataclass(slots=True)
+class _Pending:
+    op: Callable[[Store], Any]
+    future: asyncio.Future[Any]
+
+
+class Store:
+    """Every object of the controller; see the module docstring for the semantics."""
+
+    def __init__(
+        self,
+        *,
+        path: Path | None = None,
+        registry: Registry | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+        synchronous: Synchronous = "NORMAL",
+        history_size: int = 10_000,
+        watch_queue_size: int = 1_024,
+        seed: int | None = None,
+    ) -> None:
+        self._registry = registry if registry is not None else default_registry()
+        self._clock = clock
+        self._shapes: dict[type[Object], mutations.Shape] = {}
+        for kind in self._registry:
+            self._shapes[kind.type] = mutations.shape_of(kind)
+        self._keys = tuple(shape.key for shape in self._shapes.values())
+        self._objects: dict[str, dict[tuple[str, str], Object]] = {key: {} for key in self._keys}
+        self._views: dict[str, KindView] = {}
+        self._version = 0
+        self._txn: _Transaction | None = None
+        self._hub = WatchHub(history_size=history_size, queue_size=watch_queue_size)
+        self._queue: list[_Pending] = []
+        self._committer: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._closing = False
+        self._closed = False
+        # A seed makes uids and generated names reproducible (``koordpy simulate``).
+        self._random = random.Random(seed)
+        self._seeded = seed is not None
+        self._uid_pool = ""
+        self._uid_pos = 0
+        #: id(object) -> (object, its JSON); holding the object keeps its id from being reused
+        self._encoded: OrderedDict[int, tuple[Object, bytes]] = OrderedDict()
+        self._db: Database | None = None
+        if path is not None:
+            self._db = Database(path, synchronous=synchronous)
+            try:
+                self._load(self._db)
+            except BaseException:
+                self._db.close()
+                raise
+
+    def _load(self, db: Database) -> None:
+        unknown: Counter[str] = Counter()
+        count = 0
+        for key, namespace, name, data in db.rows():
+            bucket = self._objects.get(key)
+            if bucket is None:
+                unknown[key] += 1
+                continue
+            kind = self._registry.for_key(key)
+            try:
+                obj = decode_json(data, kind.type)
+            except DecodeError as err:
+                raise StoreError(
+                    f"state file {db.path}: stored {kind.qualified_plural}"
+                    f" {namespace}/{name} does not decode: {err}",
+                    kind=kind,
+                    namespace=namespace,
+                    name=name,
+                ) from err
+            bucket[(namespace, name)] = obj
+            count += 1
+        for key, n in sorted(unknown.items()):
+            log.warning(
+                "state file %s holds %d objects of unknown kind %s; kept, not served",
+                db.path,
+                n,
+                key,
+            )
+        self._version = db.resource_version()
+        log.info("loaded %d objects at resourceVersion %d from %s", count, self._version, db.path)
+
+    # -- properties --------------------------------------------------------------------------
+
+    @property
+    def registry(self) -> Registry:
+        return self._registry
+
+    @property
+    def resource_version(self) -> int:
+        """The version of the last committed write."""
+        return self._version
+
+    @property
+    def path(self) -> Path | None:
+        return self._db.path if self._db is not None else None
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("store is closed")
+
+    @staticmethod
+    def _namespace(shape: mutations.Shape, namespace: str) -> str:
+        if not shape.namespaced:
+            return ""
+        return namespace or "default"
+
+    def _shape(self, kind: Kind) -> mutations.Shape:
+        shape = self._shapes.get(kind.type)
+        if shape is None or (shape.kind is not kind and shape.kind != kind):
+            raise Invalid(f"kind {kind.key} is not served by this store")
+        return shape
+
+    def _kind_of(self, obj: Object) -> mutations.Shape:
+        shape = self._shapes.get(type(obj))
+        if shape is None:
+            raise Invalid(f"{type(obj).__name__} is not a kind served by this store")
+        return shape
+
+    def _lookup(self, key: str, namespace: str, name: str) -> Object | None:
+        txn = self._txn
+        if txn is not None:
+            staged = txn.staged
+            full = (key, namespace, name)
+            if full in staged:
+                return staged[full]
+        bucket = self._objects.get(key)
+        return bucket.get((namespace, name)) if bucket is not None else None
+
+    def _view(self, key: str) -> KindView:
+        view = self._views.get(key)
+        if view is None:
+            view = KindView.build(self._objects.get(key, {}))
+            self._views[key] = view
+        return view
+
+    def _now(self, txn: _Transaction) -> datetime:
+        now = txn.now
+        if now is None:
+            now = txn.now = mutations.whole_seconds(self._clock())
+        return now
+
+    def _new_uid(self) -> str:
+        """A random (version 4) UUID, drawn from a pool of OS randomness."""
+        pos = self._uid_pos
+        if pos >= len(self._uid_pool):
+            pool = self._random.randbytes(16 * 256) if self._seeded else os.urandom(16 * 256)
+            self._uid_pool = pool.hex()
+            pos = 0
+        self._uid_pos = pos + 32
+        h = self._uid_pool[pos : pos + 32]
+        return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_UUID_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, kind: Kind, name: str, namespace: str = "") -> Object:
+        """One object; a namespaced kind's empty namespace means ``default``."""
+        self._check_open()
+        shape = self._shape(kind)
+        ns = self._namespace(shape, namespace)
+        obj = self._lookup(shape.key, ns, name)
+        if obj is None:
+            raise NotFound.of(kind, name, ns)
+        return obj
+
+    def list(
+        self,
+        kind: Kind,
+        *,
+        namespace: str | None = None,
+        selector: Selector | None = None,
+    ) -> tuple[builtins.list[Object], int]:
+        """Objects of ``kind`` sorted by namespace then name, and the version they reflect.
+
+        ``namespace`` None (or empty) lists every namespace; it is ignored for cluster-scoped
+        kinds.
+        """
+        self._check_open()
+        shape = self._shape(kind)
+        key = shape.key
+        txn = self._txn
+        items: Iterable[Object]
+        if txn is not None and any(k[0] == key for k in txn.staged):
+            merged = dict(self._objects.get(key, {}))
+            for (k, ns, name), obj in txn.staged.items():
+                if k != key:
+                    continue
+                if obj is None:
+                    merged.pop((ns, name), None)
+                else:
+                    merged[(ns, name)] = obj
+            items = [merged[k] for k in sorted(merged)]
+            version = txn.resource_version
+        else:
+            items = self._view(key).items
+            version = self._version
+        if namespace and shape.namespaced:
+            items = [o for o in items if o.metadata.namespace == namespace]
+        if selector is not None and not selector.empty:
+            items = [o for o in items if selector.matches(o.metadata.labels)]
+        return builtins.list(items), version
+
+    def encode(self, obj: Object) -> bytes:
+        """``obj`` as JSON, the bytes :func:`apis.codec.encode_json` gives.
+
+        Objects the store returned or published recently were encoded once when committed, so
+        answering a write, a list or many watchers does not encode the same object again.
+        """
+        found = self._encoded.get(id(obj))
+        if found is not None and found[0] is obj:
+            return found[1]
+        data = encode(obj)
+        self._remember(obj, data)
+        return data
+
+    def _remember(self, obj: Object, data: bytes) -> None:
+        cache = self._encoded
+        if len(cache) >= ENCODED_CACHE_SIZE:
+            cache.popitem(last=False)
+        cache[id(obj)] = (obj, data)
+
+    def snapshot(self) -> Snapshot:
+        """Every committed object, immutable; cheap when little changed since the last one."""
+        self._check_open()
+        views = {struct: self._view(shape.key) for struct, shape in self._shapes.items()}
+        return Snapshot(self._version, views)
+
+    # -- synchronous writes ------------------------------------------------------------------
+
+    def create(self, obj: ObjT) -> ObjT:
+        """Store a new object (``AlreadyExists`` when the name is taken); the stored object."""
+        return self._write(self._create, obj)
+
+    def update(self, obj: ObjT) -> ObjT:
+        """Replace an object; its non-empty resourceVersion must be the stored one."""
+        return self._write(self._update, obj)
+
+    def apply(self, obj: ObjT) -> tuple[ObjT, Outcome]:
+        """Create, or merge into the stored object as ``kubectl apply`` does.
+
+        The outcome is CREATED, CONFIGURED, UNCHANGED (nothing written), or DELETED when the
+        apply removed the last finalizer of an object being deleted.
+        """
+        return self._write(self._apply, obj)
+
+    def delete(
+        self, kind: Kind, name: str, namespace: str = "", *, resource_version: str = ""
+    ) -> tuple[Object, Outcome]:
+        """Delete (DELETED, with the last state at the deleting version), or, for an object
+        with finalizers, set its deletionTimestamp (CONFIGURED; nothing is written when it is
+        already set)."""
+        return self._write(self._delete, kind, name, namespace, resource_version)
+
+    def apply_many(
+        self, objs: Sequence[Object]
+    ) -> builtins.list[tuple[Object, Outcome] | StoreError]:
+        """Apply each object in one transaction; a failing one is reported in its place."""
+        return self._write(self._apply_many, objs)
+
+    def _write(
+        self,
+        fn: Callable[Concatenate[_Transaction, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        txn = self._txn
+        if txn is not None:  # inside a transaction: one more savepoint
+            mark = txn.mark()
+            try:
+                return fn(txn, *args, **kwargs)
+            except BaseException:
+                txn.rollback(mark)
+                raise
+        self._check_open()
+        txn = self._txn = _Transaction(self._version)
+        try:
+            result = fn(txn, *args, **kwargs)
+        finally:
+            self._txn = None
+        self._commit(txn)
+        return result
+
+    # -- write logic (inside a transaction) ----------------------------------------------------
+
+    def _create(self, txn: _Transaction, obj: ObjT) -> ObjT:
+        shape = self._kind_of(obj)
+        kind = shape.kind
+        meta = obj.metadata
+        ns = self._namespace(shape, meta.namespace)
+        errors = validation.object_meta(meta, namespaced=shape.namespaced)
+        prefix = meta.generate_name[:MAX_GENERATE_PREFIX]
+        if not meta.name and prefix:
+            errors.extend(
+                validation.invalid("metadata.generateName", meta.generate_name, reason)
+                for reason in validation.object_name(prefix + "x" * NAME_SUFFIX_LENGTH)
+            )
+        if errors:
+            raise Invalid.of(kind, meta.name or meta.generate_name, errors, ns)
+        key = shape.key
+        name = meta.name
+        if name:
+            if self._lookup(key, ns, name) is not None:
+                raise AlreadyExists.of(kind, name, ns)
+        else:
+            for _ in range(_GENERATE_ATTEMPTS):
+                suffix = "".join(self._random.choices(NAME_SUFFIX_ALPHABET, k=NAME_SUFFIX_LENGTH))
+                name = prefix + suffix
+                if self._lookup(key, ns, name) is None:
+                    break
+            else:
+                raise AlreadyExists.of(kind, name, ns)
+        txn.resource_version += 1
+        new = mutations.created(
+            shape,
+            obj,
+            name=name,
+            namespace=ns,
+            uid=self._new_uid(),
+            now=self._now(txn),
+            resource_version=txn.resource_version,
+        )
+        txn.stage((key, ns, name), key, EventType.ADDED, new, None)
+        return new
+
+    def _existing(
+        self, shape: mutations.Shape, meta: ObjectMeta, *, verb: str
+    ) -> tuple[str, Object | None]:
+        """The namespace ``meta`` names and the object stored there, if any."""
+        ns = self._namespace(shape, meta.namespace)
+        if not meta.name:
+            raise Invalid.of(
+                shape.kind,
+                meta.generate_name,
+                [validation.required("metadata.name", f"name is required to {verb} an object")],
+                ns,
+            )
+        return ns, self._lookup(shape.key, ns, meta.name)
+
+    @staticmethod
+    def _preconditions(kind: Kind, stored: Object, meta: ObjectMeta) -> None:
+        have = stored.metadata
+        if meta.resource_version and meta.resource_version != have.resource_version:
+            raise Conflict.of(kind, have.name, have.namespace)
+        if meta.uid and meta.uid != have.uid:
+            raise Conflict.of(
+                kind,
+                have.name,
+                have.namespace,
+                detail=f"Precondition failed: UID in precondition: {meta.uid},"
+                f" UID in object meta: {have.uid}",
+            )
+
+    @staticmethod
+    def _meta_errors(old: ObjectMeta, new: ObjectMeta) -> builtins.list[validation.FieldError]:
+        """Problems with the parts of ``new`` a write changes (labels, annotations, finalizers)."""
+        errors: builtins.list[validation.FieldError] = []
+        if new.labels != old.labels:
+            errors.extend(validation.label_map(new.labels))
+        if new.annotations != old.annotations:
+            errors.extend(validation.annotation_map(new.annotations))
+        if new.finalizers != old.finalizers:
+            errors.extend(validation.finalizer_list(new.finalizers))
+            if old.deletion_timestamp is not None and not set(new.finalizers) <= set(
+                old.finalizers
+            ):
+                errors.append(_FINALIZERS_FORBIDDEN)
+        return errors
+
+    def _replace(
+        self, txn: _Transaction, shape: mutations.Shape, stored: ObjT, candidate: ObjT
+    ) -> tuple[ObjT, Outcome]:
+        """Stage ``candidate`` (stored server-owned metadata) in place of ``stored``."""
+        if candidate == stored:
+            return stored, Outcome.UNCHANGED
+        have = stored.metadata
+        errors = self._meta_errors(have, candidate.metadata)
+        if errors:
+            raise Invalid.of(shape.kind, have.name, errors, have.namespace)
+        key = (shape.key, have.namespace, have.name)
+        txn.resource_version += 1
+        if have.deletion_timestamp is not None and not candidate.metadata.finalizers:
+            last = mutations.stamp(
+                candidate, resource_version=txn.resource_version, generation=have.generation
+            )
+            txn.stage(key, shape.key, EventType.DELETED, last, stored)
+            return last, Outcome.DELETED
+        generation = have.generation
+        if mutations.body_changed(shape, stored, candidate):
+            generation += 1
+        new = mutations.stamp(
+            candidate, resource_version=txn.resource_version, generation=generation
+        )
+        txn.stage(key, shape.key, EventType.MODIFIED, new, stored)
+        return new, Outcome.CONFIGURED
+
+    def _update(self, txn: _Transaction, obj: ObjT) -> ObjT:
+        shape = self._kind_of(obj)
+        meta = obj.metadata
+        ns, found = self._existing(shape, meta, verb="update")
+        if found is None:
+            raise NotFound.of(shape.kind, meta.name, ns)
+        stored = cast("ObjT", found)  # the store keeps each kind under its own type
+        self._preconditions(shape.kind, stored, meta)
+        return self._replace(txn, shape, stored, mutations.updated(shape, stored, obj))[0]
+
+    def _apply(self, txn: _Transaction, obj: ObjT) -> tuple[ObjT, Outcome]:
+        shape = self._kind_of(obj)
+        meta = obj.metadata
+        ns, found = self._existing(shape, meta, verb="apply")
+        if found is None:
+            if meta.resource_version:
+                raise Conflict.of(
+                    shape.kind,
+                    meta.name,
+                    ns,
+                    detail=f"the object does not exist (resourceVersion"
+                    f" {meta.resource_version} was given)",
+                )
+            return self._create(txn, obj), Outcome.CREATED
+        stored = cast("ObjT", found)
+        self._preconditions(shape.kind, stored, meta)
+        return self._replace(txn, shape, stored, mutations.applied(shape, stored, obj))
+
+    def _delete(
+        self, txn: _Transaction, kind: Kind, name: str, namespace: str, resource_version: str
+    ) -> tuple[Object, Outcome]:
+        shape = self._shape(kind)
+        ns = self._namespace(shape, namespace)
+        stored = self._lookup(shape.key, ns, name)
+        if stored is None:
+            raise NotFound.of(kind, name, ns)
+        have = stored.metadata
+        if resource_version and resource_version != have.resource_version:
+            raise Conflict.of(kind, name, ns)
+        key = (shape.key, ns, name)
+        if have.finalizers:
+            if have.deletion_timestamp is not None:
+                return stored, Outcome.CONFIGURED
+            txn.resource_version += 1
+            marked = mutations.deleting(
+                stored, now=self._now(txn), resource_version=txn.resource_version
+            )
+            txn.stage(key, shape.key, EventType.MODIFIED, marked, stored)
+            return marked, Outcome.CONFIGURED
+        txn.resource_version += 1
+        last = mutations.stamp(
+            stored, resource_version=txn.resource_version, generation=have.generation
+        )
+        txn.stage(key, shape.key, EventType.DELETED, last, stored)
+        return last, Outcome.DELETED
+
+    def _apply_many(
+        self, txn: _Transaction, objs: Sequence[Object]
+    ) -> builtins.list[tuple[Object, Outcome] | StoreError]:
+        results: builtins.list[tuple[Object, Outcome] | StoreError] = []
+        for obj in objs:
+            mark = txn.mark()
+            try:
+                results.append(self._apply(txn, obj))
+            except StoreError as err:
+                txn.rollback(mark)
+                results.append(err)
+        return results
+
+    # -- commit ------------------------------------------------------------------------------
+
+    def _commit(self, txn: _Transaction) -> None:
+        """Persist, then make visible and publish, what ``txn`` staged."""
+        staged = txn.staged
+        if not staged:
+            return
+        if self._db is not None:
+            upserts: builtins.list[tuple[str, str, str, bytes]] = []
+            deletes: builtins.list[Key] = []
+            remember = self._remember
+            for key, obj in staged.items():
+                if obj is None:
+                    deletes.append(key)
+                else:
+                    data = encode(obj)
+                    upserts.append((key[0], key[1], key[2], data))
+                    remember(obj, data)
+            self._db.write(upserts, deletes, txn.resource_version)
+        objects, views = self._objects, self._views
+        for (kind, namespace, name), obj in staged.items():
+            bucket = objects.get(kind)
+            if bucket is None:
+                bucket = objects[kind] = {}
+            if obj is None:
+                bucket.pop((namespace, name), None)
+            else:
+                bucket[(namespace, name)] = obj
+            views.pop(kind, None)
+        self._version = txn.resource_version
+        self._hub.publish(txn.changes)
+
+    # -- group commit ------------------------------------------------------------------------
+
+    async def submit(self, op: Callable[[Store], T]) -> T:
+        """Run ``op(store)`` in the next group commit; its result once that batch is committed.
+
+        ``op`` calls the synchronous write (and read) methods; what it raises is raised here,
+        and its own changes are rolled back without affecting the rest of the batch.
+        """
+        if self._closing or self._closed:
+            raise StoreError("store is closed")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(op, future))
+        wake = self._wake
+        if self._committer is None or self._committer.done() or wake is None:
+            wake = self._wake = asyncio.Event()
+            self._committer = asyncio.get_running_loop().create_task(
+                self._commit_loop(wake), name="store-committer"
+            )
+        wake.set()
+        return await future
+
+    async def _commit_loop(self, wake: asyncio.Event) -> None:
+        try:
+            while True:
+                if not self._queue:
+                    if self._closing:
+                        return
+                    wake.clear()
+                    await wake.wait()
+                    continue
+                batch, self._queue = self._queue, []
+                self._run_batch(batch)
+        finally:
+            self._committer = None
+            self._wake = None
+            queue, self._queue = self._queue, []
+            for pending in queue:
+                if not pending.future.done():
+                    pending.future.set_exception(StoreError("store is closed"))
+
+    def _run_batch(self, batch: builtins.list[_Pending]) -> None:
+        try:
+            self._check_open()
+            txn = self._txn = _Transaction(self._version)
+            results: builtins.list[tuple[bool, Any] | None] = []
+            try:
+                for pending in batch:
+                    if pending.future.done():  # its caller stopped waiting: skip it
+                        results.append(None)
+                        continue
+                    mark = txn.mark()
+                    try:
+                        results.append((True, pending.op(self)))
+                    except Exception as err:
+                        txn.rollback(mark)
+                        results.append((False, err))
+            finally:
+                self._txn = None
+            self._commit(txn)
+        except StoreError as err:
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(StoreError(err.message))
+            return
+        except BaseException:
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(StoreError("store committer stopped"))
+            raise
+        for pending, result in zip(batch, results, strict=True):
+            future = pending.future
+            if result is None or future.done():
+                continue
+            if result[0]:
+                future.set_result(result[1])
+            else:
+                future.set_exception(result[1])
+
+    # -- watches -----------------------------------------------------------------------------
+
+    def watch(
+        self,
+        kind: Kind | None = None,
+        *,
+        namespace: str | None = None,
+        selector: Selector | None = None,
+        resource_version: int | None = None,
+    ) -> Watch:
+        """Events of ``kind`` (every kind when None), optionally one namespace and a selector.
+
+        ``resource_version`` None: a synthetic ADDED for every matching object (carrying the
+        current version), then live events. An int N: every event after N, from the history
+        (``Expired`` when N is older than what the history keeps).
+        """
+        self._check_open()
+        shape = self._shape(kind) if kind is not None else None
+        keys = (shape.key,) if shape is not None else self._keys
+        return self._hub.open(
+            kind=shape.key if shape is not None else None,
+            namespace=namespace if shape is None or shape.namespaced else None,
+            selector=selector,
+            current=self._version,
+            resource_version=resource_version,
+            objects=(obj for key in keys for obj in self._view(key).items),
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the file and end every watch; queued submits fail. Idempotent."""
+        if self._closed:
+            return
+        self._closed = self._closing = True
+        task = self._committer
+        if task is not None and not task.done():
+            task.cancel()
+        queue, self._queue = self._queue, []
+        for pending in queue:
+            if not pending.future.done():
+                pending.future.set_exception(StoreError("store is closed"))
+        self._hub.close()
+        if self._db is not None:
+            self._db.close()
+
+    async def aclose(self) -> None:
+        """Commit what is queued, stop the committer, then :meth:`close`."""
+        self._closing = True
+        try:
+            task = self._committer
+            if task is not None and self._wake is not None:
+                self._wake.set()
+                await task
+        finally:
+            self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,5 @@
+import sys
+
+from koordpy.cli import main
+
+sys.exit(main())

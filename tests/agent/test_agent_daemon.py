@@ -1,0 +1,384 @@
+"""The agent daemon: reports Node and Device on the bus, heartbeats, stops cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import json
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+from prometheus_client import CollectorRegistry
+
+from agent import cli as agent_cli
+from agent import daemon
+from agent.config import AgentConfig, DevicesSection, ReportSection
+from agent.devices import base, simulated
+from agent.errors import ConfigError, Unsupported
+from agent.node import LABEL_CGROUP_DRIVER, LABEL_CGROUP_VERSION, HostFacts
+from apis.codec import decode_json
+from apis.core import Node
+from apis.scheduling import Device
+from koordpy import cli, lifecycle
+from koordpy.bus import REPORTED_AT_ANNOTATION, AgentStatus, Bus, node_topic
+from tests.fakes.host import FakeHost
+from tests.fakes.publisher import RecordingPublisher
+
+GIB = 1 << 30
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+FACTS = HostFacts(
+    hostname="box",
+    cpus=64,
+    memory=256 * GIB,
+    ephemeral_storage=500 * GIB,
+    kernel="6.1.0",
+    os_image="Debian GNU/Linux 12 (bookworm)",
+    architecture="amd64",
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logger() -> Iterator[None]:
+    """``koordpy agent`` configures logging; put the root logger back afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class Scripted:
+    """A probe whose answers the test sets; raises ``error`` once it is set."""
+
+    name = "scripted"
+
+    def __init__(self, result: base.ProbeResult) -> None:
+        self.result = result
+        self.error: BaseException | None = None
+        self.calls = 0
+
+    async def probe(self) -> base.ProbeResult:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def h100(node: str) -> base.ProbeResult:
+    return simulated.simulate((simulated.PROFILES["nvidia-h100"],), node)
+
+
+def status_of(bus: Bus, node: str) -> AgentStatus:
+    (message,) = bus.retained(node_topic(node, "status"))
+    return msgspec.json.decode(message.payload, type=AgentStatus)
+
+
+def retained(bus: Bus, node: str, leaf: str) -> bytes:
+    (message,) = bus.retained(node_topic(node, leaf))
+    return message.payload
+
+
+async def test_agent_reports_on_the_bus_and_goes_offline_on_stop(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path)
+    host.use_v2()
+    host.mkdir_cgroup("kubepods.slice")
+    cfg = msgspec.structs.replace(host.config(), devices=DevicesSection(simulate=("nvidia-h100",)))
+    bus, stop, ready = Bus(), asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(
+        daemon.run(cfg, bus=bus, stop=stop, node="sim-h100", facts=lambda: FACTS, ready=ready)
+    )
+    async with asyncio.timeout(10):
+        await ready.wait()
+    assert status_of(bus, "sim-h100").state == "online"
+    node = decode_json(retained(bus, "sim-h100", "node"), Node)
+    assert node.metadata.name == "sim-h100"
+    assert node.status.capacity["nvidia.com/gpu"] == 8
+    assert node.status.capacity["cpu"] == 64_000
+    assert node.metadata.labels[LABEL_CGROUP_VERSION] == "v2"
+    assert node.metadata.labels[LABEL_CGROUP_DRIVER] == "systemd"
+    device = decode_json(retained(bus, "sim-h100", "device"), Device)
+    assert len(device.spec.devices) == 8
+    assert REPORTED_AT_ANNOTATION in device.metadata.annotations
+    stop.set()
+    async with asyncio.timeout(10):
+        await task
+    offline = status_of(bus, "sim-h100")
+    assert offline.state == "offline"
+    assert offline.since is not None, "a clean stop says when"
+
+
+async def test_several_simulated_nodes_share_one_bus() -> None:
+    bus, stop = Bus(), asyncio.Event()
+    registry = CollectorRegistry()
+    counter = lifecycle.restarts_counter(registry)
+    profiles = {
+        "sim-h100": "nvidia-h100",
+        "sim-910b": "ascend-910b3",
+        "sim-c500": "metax-c500-sgpu",
+    }
+    readies = {name: asyncio.Event() for name in profiles}
+    tasks = [
+        asyncio.create_task(
+            daemon.run(
+                AgentConfig(),
+                bus=bus,
+                stop=stop,
+                node=name,
+                probes=[simulated.SimulatedProbe((simulated.PROFILES[profile],), name)],
+                facts=lambda: FACTS,
+                detect_cgroups=False,
+                restarts_metric=counter,
+                ready=readies[name],
+            )
+        )
+        for name, profile in profiles.items()
+    ]
+    async with asyncio.timeout(10):
+        for event in readies.values():
+            await event.wait()
+    capacity = {
+        name: decode_json(retained(bus, name, "node"), Node).status.capacity for name in profiles
+    }
+    assert capacity["sim-h100"]["nvidia.com/gpu"] == 8
+    assert capacity["sim-910b"]["huawei.com/Ascend910"] == 8
+    assert capacity["sim-c500"]["metax-tech.com/sgpu"] == 128
+    stop.set()
+    async with asyncio.timeout(10):
+        await asyncio.gather(*tasks)
+    assert {status_of(bus, name).state for name in profiles} == {"offline"}
+
+
+def make_reporter(
+    probe: Scripted, publisher: RecordingPublisher, clock: Clock, **kwargs: float
+) -> daemon.Reporter:
+    settings = {"interval": 10.0, "heartbeat": 60.0, "probe_timeout": 5.0, **kwargs}
+    return daemon.Reporter(
+        node="n1",
+        publisher=publisher,
+        probes=[probe],
+        facts=lambda: FACTS,
+        cgroup=None,
+        clock=clock,
+        **settings,
+    )
+
+
+async def test_unchanged_reports_are_not_sent_until_the_heartbeat_is_due() -> None:
+    probe, publisher, clock = Scripted(h100("n1")), RecordingPublisher(), Clock(T0)
+    reporter = make_reporter(probe, publisher, clock)
+    await reporter.report()
+    assert publisher.leaves() == ["node", "device"]
+    clock.advance(10)
+    await reporter.report()
+    assert publisher.leaves() == ["node", "device"], "nothing changed: nothing sent"
+    clock.advance(55)
+    await reporter.report()
+    assert publisher.leaves() == ["node", "device", "node"], "heartbeat refresh, Node only"
+    node = publisher.sent[-1][1]
+    assert isinstance(node, Node)
+    ready = node.condition("Ready")
+    assert ready is not None
+    assert ready.last_heartbeat_time == T0 + timedelta(seconds=65)
+    assert ready.last_transition_time == T0
+
+
+async def test_a_device_change_is_sent_with_a_new_report_time() -> None:
+    probe, publisher, clock = Scripted(h100("n1")), RecordingPublisher(), Clock(T0)
+    reporter = make_reporter(probe, publisher, clock)
+    await reporter.report()
+    first = reporter.last_device
+    assert first is not None
+    clock.advance(5)
+    devices = tuple(msgspec.structs.replace(d, health=d.minor != 0) for d in probe.result.devices)
+    probe.result = dataclasses.replace(probe.result, devices=devices)
+    await reporter.report()
+    assert publisher.leaves() == ["node", "device", "node", "device"]
+    device = reporter.last_device
+    node = reporter.last_node
+    assert device is not None
+    assert node is not None
+    assert (
+        device.metadata.annotations[REPORTED_AT_ANNOTATION]
+        == (T0 + timedelta(seconds=5)).isoformat()
+    )
+    assert first.metadata.annotations[REPORTED_AT_ANNOTATION] == T0.isoformat()
+    assert node.status.capacity["nvidia.com/gpu"] == 7
+
+
+async def test_trigger_reports_before_the_next_tick() -> None:
+    probe, publisher = Scripted(h100("n1")), RecordingPublisher()
+    reporter = make_reporter(probe, publisher, Clock(T0), interval=3600.0)
+    task = asyncio.create_task(reporter.run())
+    try:
+        async with asyncio.timeout(10):
+            await publisher.changed.wait()  # the first tick reports at once
+            publisher.changed.clear()
+            probe.result = base.ProbeResult()
+            reporter.trigger()
+            await publisher.changed.wait()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    nodes = [obj for leaf, obj in publisher.sent if isinstance(obj, Node)]
+    assert len(nodes) == 2
+    assert nodes[0].status.capacity["nvidia.com/gpu"] == 8
+    assert "nvidia.com/gpu" not in nodes[1].status.capacity
+
+
+async def test_a_fatal_error_leaves_the_will_behind() -> None:
+    bus, stop, ready = Bus(), asyncio.Event(), asyncio.Event()
+    probe = Scripted(h100("n1"))
+    cfg = AgentConfig(report=ReportSection(interval=0.01))
+    task = asyncio.create_task(
+        daemon.run(
+            cfg,
+            bus=bus,
+            stop=stop,
+            node="n1",
+            probes=[probe],
+            facts=lambda: FACTS,
+            detect_cgroups=False,
+            ready=ready,
+        )
+    )
+    async with asyncio.timeout(10):
+        await ready.wait()
+    probe.error = ConfigError("probe configuration vanished")
+    with pytest.raises(ConfigError):
+        async with asyncio.timeout(10):
+            await task
+    status = status_of(bus, "n1")
+    assert status.state == "offline"
+    assert status.since is None, "the will, not a clean goodbye"
+
+
+async def test_a_failing_probe_fails_the_start_before_anything_is_published() -> None:
+    bus = Bus()
+    probe = Scripted(base.ProbeResult())
+    probe.error = RuntimeError("driver wedged")
+    with pytest.raises(RuntimeError, match="wedged"):
+        await daemon.run(
+            AgentConfig(),
+            bus=bus,
+            stop=asyncio.Event(),
+            node="n1",
+            probes=[probe],
+            facts=lambda: FACTS,
+            detect_cgroups=False,
+        )
+    assert list(bus.retained()) == []
+
+
+async def test_missing_hardware_degrades_to_an_empty_device() -> None:
+    bus, stop, ready = Bus(), asyncio.Event(), asyncio.Event()
+    probe = Scripted(base.ProbeResult())
+    probe.error = Unsupported("no NVML")
+    task = asyncio.create_task(
+        daemon.run(
+            AgentConfig(),
+            bus=bus,
+            stop=stop,
+            node="n1",
+            probes=[probe],
+            facts=lambda: FACTS,
+            detect_cgroups=False,
+            ready=ready,
+        )
+    )
+    async with asyncio.timeout(10):
+        await ready.wait()
+    assert decode_json(retained(bus, "n1", "device"), Device).spec.devices == ()
+    stop.set()
+    async with asyncio.timeout(10):
+        await task
+
+
+# --- koordpy agent ------------------------------------------------------------------------
+
+
+def write_config(tmp_path: Path, host: FakeHost, extra: str = "") -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        f'[host]\nroot = "{host.root}"\n[cgroup]\nroot = "{host.cgroup_root}"\n{extra}',
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_agent_devices_prints_the_device(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = FakeHost(tmp_path)
+    config = write_config(tmp_path, host, '[devices]\nsimulate = ["ascend-310p3-300i-duo"]\n')
+    code = cli.main(
+        ["agent", "devices", "--config", str(config), "--node-name", "duo", "-o", "json"]
+    )
+    assert code == 0
+    device = decode_json(capsys.readouterr().out, Device)
+    assert device.metadata.name == "duo"
+    assert len(device.spec.devices) == 8
+
+
+def test_agent_devices_without_hardware_prints_an_empty_device(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = FakeHost(tmp_path)
+    config = write_config(tmp_path, host)
+    assert cli.main(["agent", "devices", "--config", str(config), "--node-name", "bare"]) == 0
+    out = capsys.readouterr().out
+    assert "kind: Device" in out
+    assert "name: bare" in out
+
+
+def test_agent_plan_prints_no_changes(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path)
+    host.use_v1()
+    host.mkdir_cgroup("cpu,cpuacct/kubepods")
+    config = write_config(tmp_path, host)
+    out = io.StringIO()
+    args = cli.build_parser().parse_args(["agent", "plan", "--config", str(config)])
+    assert agent_cli.main(args, out=out) == 0
+    assert out.getvalue().splitlines() == [
+        f"cgroup v1, driver cgroupfs, root {host.cgroup_root}",
+        "no changes",
+    ]
+
+
+def test_agent_run_standalone_says_mqtt_comes_later(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = FakeHost(tmp_path)
+    config = write_config(tmp_path, host)
+    assert cli.main(["agent", "run", "--config", str(config)]) == 2
+    assert "MQTT transport" in capsys.readouterr().err
+
+
+def test_agent_devices_json_is_the_wire_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = FakeHost(tmp_path)
+    config = write_config(tmp_path, host, '[devices]\nsimulate = ["nvidia-h100"]\n')
+    assert cli.main(["agent", "devices", "--config", str(config), "-o", "json"]) == 0
+    raw = json.loads(capsys.readouterr().out)
+    assert raw["apiVersion"] == "scheduling.koordinator.sh/v1alpha1"
+    assert raw["spec"]["devices"][0]["resources"]["koordinator.sh/gpu-memory"] == "81559Mi"

@@ -1,0 +1,69 @@
+"""ResourceList: parsing at the edge, integer arithmetic inside, Kubernetes' comparison rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from apis.quantity import QuantityError
+from apis.resources import ResourceList
+
+
+def test_parse_holds_canonical_integers_and_prints_back() -> None:
+    wire = {"cpu": "500m", "memory": "4Gi", "nvidia.com/gpu": 2}
+    resources = ResourceList.parse(wire)
+    assert dict(resources) == {"cpu": 500, "memory": 4 * 2**30, "nvidia.com/gpu": 2}
+    assert resources.to_wire() == {"cpu": "500m", "memory": "4Gi", "nvidia.com/gpu": "2"}
+
+
+def test_parse_error_names_resource_and_value() -> None:
+    with pytest.raises(QuantityError, match=r"resource 'memory'.*'12x'"):
+        ResourceList.parse({"cpu": "1", "memory": "12x"})
+
+
+def test_rejects_non_map_and_bad_names() -> None:
+    with pytest.raises(QuantityError):
+        ResourceList.parse(["cpu"])  # type: ignore[arg-type]
+    with pytest.raises(QuantityError):
+        ResourceList.parse({"": "1"})
+    with pytest.raises(QuantityError):
+        ResourceList({"cpu": 1.5})  # type: ignore[arg-type]
+
+
+def test_immutable_hashable_and_equal_by_content() -> None:
+    a = ResourceList({"memory": 1, "cpu": 2})
+    b = ResourceList([("cpu", 2), ("memory", 1)])
+    assert a == b
+    assert hash(a) == hash(b)
+    assert a == {"cpu": 2, "memory": 1}
+    assert list(a) == ["cpu", "memory"]  # sorted, so printing is stable
+    assert {a: "x"}[b] == "x"
+    with pytest.raises(TypeError):
+        a["cpu"] = 3  # type: ignore[index]
+
+
+def test_arithmetic() -> None:
+    a = ResourceList({"cpu": 2000, "memory": 100})
+    b = ResourceList({"cpu": 500, "nvidia.com/gpu": 1})
+    assert a + b == {"cpu": 2500, "memory": 100, "nvidia.com/gpu": 1}
+    assert a - b == {"cpu": 1500, "memory": 100, "nvidia.com/gpu": -1}
+    assert ResourceList.total([a, b, b]) == {"cpu": 3000, "memory": 100, "nvidia.com/gpu": 2}
+    assert ResourceList.total([]) == ResourceList()
+    assert a.get_amount("nvidia.com/gpu") == 0
+
+
+def test_fits_in_checks_only_the_limits_keys() -> None:
+    request = ResourceList({"cpu": 4000, "memory": 8, "nvidia.com/gpu": 1})
+    assert request.fits_in({"cpu": 4000, "memory": 8})  # gpu is unconstrained here
+    assert not request.fits_in({"cpu": 3999})
+    assert request.fits_in({})
+    assert request.exceeded({"cpu": 1000, "memory": 8, "nvidia.com/gpu": 0}) == (
+        "cpu",
+        "nvidia.com/gpu",
+    )
+
+
+def test_mask_nonzero_clamp() -> None:
+    r = ResourceList({"cpu": 0, "memory": -5, "pods": 3})
+    assert r.mask(["cpu", "pods", "nvidia.com/gpu"]) == {"cpu": 0, "pods": 3}
+    assert r.nonzero() == {"memory": -5, "pods": 3}
+    assert r.clamp_min() == {"cpu": 0, "memory": 0, "pods": 3}

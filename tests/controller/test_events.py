@@ -1,0 +1,88 @@
+"""Events about objects: recorded through the store, aggregated on repeats."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from apis.core import Event, Node, Pod
+from apis.meta import ObjectMeta
+from controller.events import MAX_MESSAGE_BYTES, NORMAL, WARNING, EventRecorder
+from controller.store import Store
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _events(store: Store) -> list[Event]:
+    items, _ = store.list(store.registry.for_type(Event))
+    return [e for e in items if isinstance(e, Event)]
+
+
+def test_event_names_the_object_and_lands_in_its_namespace() -> None:
+    clock = Clock()
+    with Store(clock=clock) as store:
+        pod = store.create(Pod(metadata=ObjectMeta(name="web", namespace="team-a")))
+        event = EventRecorder(store, component="koord-scheduler", clock=clock).record(
+            pod, type=WARNING, reason="FailedScheduling", message="0/3 nodes are available"
+        )
+        assert event.metadata.namespace == "team-a"
+        assert event.involved_object.kind == "Pod"
+        assert event.involved_object.name == "web"
+        assert event.involved_object.uid == pod.metadata.uid
+        assert event.source.component == "koord-scheduler"
+        assert (event.type, event.reason, event.count) == (WARNING, "FailedScheduling", 1)
+        assert event.first_timestamp == event.last_timestamp == clock.now
+        assert _events(store) == [event]
+
+
+def test_cluster_scoped_objects_get_events_in_default() -> None:
+    clock = Clock()
+    with Store(clock=clock) as store:
+        node = store.create(Node(metadata=ObjectMeta(name="gpu-1")))
+        event = EventRecorder(store, component="c", clock=clock).record(
+            node, type=NORMAL, reason="Ready", message="ok"
+        )
+        assert event.metadata.namespace == "default"
+
+
+def test_repeats_bump_the_count_and_move_last_timestamp() -> None:
+    clock = Clock()
+    with Store(clock=clock) as store:
+        pod = store.create(Pod(metadata=ObjectMeta(name="web")))
+        recorder = EventRecorder(store, component="c", clock=clock)
+        first = recorder.record(pod, type=NORMAL, reason="Scheduled", message="to node-1")
+        clock.now += timedelta(seconds=30)
+        again = recorder.record(pod, type=NORMAL, reason="Scheduled", message="to node-1")
+        assert again.metadata.name == first.metadata.name
+        assert again.count == 2
+        assert again.first_timestamp == first.first_timestamp
+        assert again.last_timestamp == clock.now
+        other = recorder.record(pod, type=NORMAL, reason="Scheduled", message="to node-2")
+        assert other.metadata.name != first.metadata.name
+        assert len(_events(store)) == 2
+
+
+def test_same_instant_events_get_distinct_names() -> None:
+    clock = Clock()
+    with Store(clock=clock) as store:
+        pod = store.create(Pod(metadata=ObjectMeta(name="web")))
+        recorder = EventRecorder(store, component="c", clock=clock)
+        a = recorder.record(pod, type=NORMAL, reason="A", message="a")
+        b = recorder.record(pod, type=NORMAL, reason="B", message="b")
+        assert a.metadata.name != b.metadata.name
+
+
+def test_long_messages_are_truncated_like_kubernetes() -> None:
+    clock = Clock()
+    with Store(clock=clock) as store:
+        pod = store.create(Pod(metadata=ObjectMeta(name="web")))
+        event = EventRecorder(store, component="c", clock=clock).record(
+            pod, type=WARNING, reason="R", message="x" * 5000
+        )
+        assert len(event.message.encode()) <= MAX_MESSAGE_BYTES
+        assert event.message.endswith("...")

@@ -1,0 +1,168 @@
+"""``koordpy up`` as a user runs it: a real process, a real socket, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from apis.core import Container, Pod, PodSpec, ResourceRequirements
+from apis.kinds import default_registry
+from apis.meta import ObjectMeta
+from apis.resources import ResourceList
+from controller.api.client import Applied, Client
+from koordpy.up import DEMO_NODES
+from tests.crdschema import schema_errors, validator
+from tests.koordpy.daemons import cli, names, running_up, table_rows
+
+pytestmark = pytest.mark.slow
+
+DEMO = ["test-host", *DEMO_NODES]
+
+
+def test_demo_lists_nodes_with_gpus_and_valid_devices(tmp_path: Path, shared_dir: Path) -> None:
+    with running_up(tmp_path, "--demo") as up:
+        banner = "\n".join(up.stdout)
+        assert up.api in banner
+        assert "metrics" in banner
+        got = cli(up.api, "get", "nodes")
+        assert got.returncode == 0, got.stderr
+        rows = {row["NAME"]: row for row in table_rows(got.stdout)}
+        assert sorted(rows) == sorted(DEMO)
+        assert all(rows[name]["GPUS"] == "8" for name in DEMO_NODES)
+        assert rows["test-host"]["STATUS"] == "Ready"
+
+        devices = cli(up.api, "get", "devices", "-o", "json")
+        assert devices.returncode == 0, devices.stderr
+        listing = json.loads(devices.stdout)
+        items = listing["items"]
+        assert sorted(item["metadata"]["name"] for item in items) == sorted(DEMO)
+        check = validator(shared_dir, "scheduling.koordinator.sh/Device")
+        for item in items:
+            assert schema_errors(check, item) == [], item["metadata"]["name"]
+
+        again = cli(up.api, "apply", "-f", str(Path(__file__).parents[2] / "examples"))
+        assert again.returncode == 0, again.stderr
+        lines = again.stdout.splitlines()
+        assert lines
+        assert all(line.endswith(" unchanged") for line in lines), lines
+        assert up.stop(signal.SIGTERM) == 0
+
+
+def test_apply_examples_then_again_unchanged(tmp_path: Path) -> None:
+    examples = str(Path(__file__).parents[2] / "examples")
+    with running_up(tmp_path) as up:
+        first = cli(up.api, "apply", "-f", examples)
+        assert first.returncode == 0, first.stderr
+        assert all(line.endswith(" created") for line in first.stdout.splitlines())
+        second = cli(up.api, "apply", "-f", examples)
+        assert second.returncode == 0, second.stderr
+        assert [line.rsplit(" ", 1)[0] for line in second.stdout.splitlines()] == [
+            line.rsplit(" ", 1)[0] for line in first.stdout.splitlines()
+        ]
+        assert all(line.endswith(" unchanged") for line in second.stdout.splitlines())
+        assert up.stop(signal.SIGINT) == 0
+
+
+def test_state_survives_a_clean_restart(tmp_path: Path) -> None:
+    examples = str(Path(__file__).parents[2] / "examples")
+    with running_up(tmp_path) as up:
+        assert cli(up.api, "apply", "-f", examples).returncode == 0
+        before = cli(up.api, "get", "queues", "-A", "-o", "json").stdout
+        assert up.stop() == 0
+    with running_up(tmp_path) as up:
+        after = cli(up.api, "get", "queues", "-A", "-o", "json").stdout
+        assert json.loads(after) == json.loads(before)
+        assert up.stop() == 0
+
+
+def _pod(index: int) -> Pod:
+    return Pod(
+        metadata=ObjectMeta(name=f"load-{index:04d}", namespace="default", labels={"app": "load"}),
+        spec=PodSpec(
+            containers=(
+                Container(
+                    name="main",
+                    image="busybox",
+                    resources=ResourceRequirements(
+                        requests=ResourceList({"cpu": 100, "memory": 64 << 20})
+                    ),
+                ),
+            )
+        ),
+    )
+
+
+def test_sigkill_during_a_1000_object_apply_keeps_every_acknowledged_object(
+    tmp_path: Path,
+) -> None:
+    """Acknowledged = the API answered; each such object must survive with its version."""
+    pods = [_pod(i) for i in range(1000)]
+    acknowledged: dict[str, str] = {}
+    failed: list[BaseException] = []
+    with running_up(tmp_path) as up:
+        client = Client(up.api, timeout=10)
+
+        def writer() -> None:
+            try:
+                for start in range(0, len(pods), 10):
+                    for result in client.apply(pods[start : start + 10]):
+                        assert isinstance(result, Applied)
+                        assert result.object is not None
+                        meta = result.object.metadata
+                        acknowledged[meta.name] = meta.resource_version
+            except Exception as err:
+                failed.append(err)
+
+        thread = threading.Thread(target=writer, name="writer")
+        thread.start()
+        deadline = time.monotonic() + 60
+        while len(acknowledged) < 300 and time.monotonic() < deadline and thread.is_alive():
+            time.sleep(0.01)
+        up.process.kill()
+        up.process.wait(timeout=10)
+        thread.join(timeout=30)
+        client.close()
+    assert 300 <= len(acknowledged) < 1000, "the kill must land in the middle of the apply"
+    assert failed, "the writer must have seen the API go away"
+
+    with running_up(tmp_path) as up, Client(up.api) as client:
+        pods_kind = default_registry().for_type(Pod)
+        stored, _ = client.list(pods_kind, namespace="default")
+        versions = {obj.metadata.name: obj.metadata.resource_version for obj in stored}
+        missing = {name for name in acknowledged if name not in versions}
+        assert not missing, f"{len(missing)} acknowledged objects lost"
+        changed = {n: (v, versions[n]) for n, v in acknowledged.items() if versions[n] != v}
+        assert not changed
+        assert up.stop() == 0
+
+
+def test_nodes_and_devices_listed_by_short_names(tmp_path: Path) -> None:
+    with running_up(tmp_path, "--demo") as up:
+        by_short = cli(up.api, "get", "no")
+        by_plural = cli(up.api, "get", "nodes")
+        assert names(table_rows(by_short.stdout)) == names(table_rows(by_plural.stdout))
+        assert up.stop() == 0
+
+
+def test_bad_config_exits_2_before_starting(tmp_path: Path) -> None:
+    config = tmp_path / "up.toml"
+    config.write_text("[controller.api]\naddres = 'x'\n")
+    import subprocess
+
+    from tests.koordpy.daemons import koordpy_command
+
+    result = subprocess.run(
+        koordpy_command("up", "--config", str(config), "--state-dir", str(tmp_path / "s")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "addres" in result.stderr
+    assert not (tmp_path / "s").exists()
