@@ -58,6 +58,7 @@ async def open_controller(
     state_dir: Path,
     api_address: str | None,
     metrics_address: str | None = None,
+    api_token: str | None = None,
     bus: Bus | None = None,
 ) -> Controller:
     """Open the store, start the API and metrics; ``stack`` closes them in reverse order."""
@@ -69,7 +70,7 @@ async def open_controller(
     api = ApiServer(
         store,
         api_address or cfg.api.address or None,
-        token=cfg.api_token(),
+        token=api_token or cfg.api_token(),
         tls_cert=Path(cfg.api.tls_cert) if cfg.api.tls_cert else None,
         tls_key=Path(cfg.api.tls_key) if cfg.api.tls_key else None,
         grace=cfg.api.shutdown_grace,

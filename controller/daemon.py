@@ -25,6 +25,7 @@ async def run(
     state_dir: Path,
     api_address: str | None = None,
     metrics_address: str | None = None,
+    api_token: str | None = None,
     stop: asyncio.Event,
 ) -> None:
     """Serve until ``stop`` is set; every resource is closed before returning."""
@@ -35,6 +36,7 @@ async def run(
             state_dir=state_dir,
             api_address=api_address,
             metrics_address=metrics_address,
+            api_token=api_token,
         )
         log.info("controller ready: API %s, state %s", controller.api.address, state_dir)
         lifecycle.notify_ready()
@@ -60,6 +62,7 @@ def main(args: argparse.Namespace) -> int:
                 state_dir=state_dir,
                 api_address=args.api or None,
                 metrics_address=args.metrics_address,
+                api_token=args.token or None,
                 stop=stop,
             )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -31,11 +32,11 @@ import msgspec
 from prometheus_client import CollectorRegistry
 
 from agent import daemon as agent_daemon
-from agent.config import AgentConfig
+from agent.config import AgentConfig, HostPaths
 from agent.devices import simulated
 from agent.devices.base import DeviceProbe
 from agent.errors import AgentError
-from agent.node import node_name
+from agent.node import HostFacts, node_name, read_host_facts
 from apis import codec
 from apis.errors import ApiError
 from apis.meta import Object
@@ -98,13 +99,28 @@ class _NodeAgent:
     name: str
     probes: Sequence[DeviceProbe] | None
     detect_cgroups: bool
+    facts: Callable[[], HostFacts] | None = None
 
 
-def _agents(*, host: str, demo: bool) -> list[_NodeAgent]:
+def _simulated_facts(name: str, host: HostPaths) -> Callable[[], HostFacts]:
+    """A simulated node: this machine's sizes, its own hostname and no addresses of ours."""
+
+    def read() -> HostFacts:
+        return dataclasses.replace(read_host_facts(host), hostname=name, internal_ips=())
+
+    return read
+
+
+def _agents(cfg: AgentConfig, *, host: str, demo: bool) -> list[_NodeAgent]:
     agents = [_NodeAgent(name=host, probes=None, detect_cgroups=True)]
     if demo:
         agents.extend(
-            _NodeAgent(name=name, probes=[simulated.probe_for(name, profile)], detect_cgroups=False)
+            _NodeAgent(
+                name=name,
+                probes=[simulated.probe_for(name, profile)],
+                detect_cgroups=False,
+                facts=_simulated_facts(name, cfg.host),
+            )
             for name, profile in DEMO_NODES.items()
         )
     return agents
@@ -173,6 +189,7 @@ async def run(
     api_address: str | None = None,
     metrics_address: str | None = None,
     agent_metrics_address: str | None = None,
+    api_token: str | None = None,
     announce: Callable[[str], None] = print,
 ) -> None:
     """Run until ``stop`` is set; every task and resource is closed before returning."""
@@ -187,6 +204,7 @@ async def run(
             state_dir=state_dir,
             api_address=api_address,
             metrics_address=metrics_address,
+            api_token=api_token,
             bus=bus,
         )
         agent_metrics = stack.enter_context(
@@ -195,7 +213,7 @@ async def run(
         if demo:
             applied = _apply_examples(controller.store, examples_dir())
             log.info("demo: %d example objects applied", applied)
-        agents = _agents(host=host, demo=demo)
+        agents = _agents(cfg.agent, host=host, demo=demo)
         readies = [asyncio.Event() for _ in agents]
         async with asyncio.TaskGroup() as group:
             group.create_task(
@@ -212,6 +230,7 @@ async def run(
                         stop=stop,
                         node=agent.name,
                         probes=agent.probes,
+                        facts=agent.facts,
                         detect_cgroups=agent.detect_cgroups,
                         restarts_metric=agent_restarts,
                         ready=ready,
@@ -252,6 +271,7 @@ def main(args: argparse.Namespace) -> int:
                 api_address=args.api or None,
                 metrics_address=args.metrics_address,
                 agent_metrics_address=args.agent_metrics_address,
+                api_token=args.token or None,
                 announce=lambda text: print(text, flush=True),
             )
 

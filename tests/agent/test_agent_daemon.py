@@ -6,8 +6,6 @@ import asyncio
 import dataclasses
 import io
 import json
-import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -40,19 +38,6 @@ FACTS = HostFacts(
     os_image="Debian GNU/Linux 12 (bookworm)",
     architecture="amd64",
 )
-
-
-@pytest.fixture(autouse=True)
-def _restore_root_logger() -> Iterator[None]:
-    """``koordpy agent`` configures logging; put the root logger back afterwards."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        if handler not in handlers:
-            root.removeHandler(handler)
-            handler.close()
-    root.setLevel(level)
 
 
 class Clock:

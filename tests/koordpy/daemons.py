@@ -68,11 +68,17 @@ class LineReader:
 
 @contextmanager
 def running_up(
-    state_dir: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 60.0
+    state_dir: Path,
+    *extra: str,
+    api: str | None = None,
+    token: str = "",
+    env: dict[str, str] | None = None,
+    timeout: float = 60.0,
 ) -> Iterator[Daemon]:
     """``koordpy up`` on a private socket and ephemeral metrics ports; stopped on exit."""
-    api = f"unix://{state_dir / 'api.sock'}"
+    api = api or f"unix://{state_dir / 'api.sock'}"
     command = koordpy_command(
+        *(("--token", token) if token else ()),
         "up",
         "--state-dir",
         str(state_dir),

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,19 +10,6 @@ import pytest
 from agent import config as agent_config
 from agent import errors as agent_errors
 from koordpy import cli, configfile, lifecycle
-
-
-@pytest.fixture(autouse=True)
-def _restore_root_logger() -> Iterator[None]:
-    """``koordpy agent`` configures logging; put the root logger back afterwards."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        if handler not in handlers:
-            root.removeHandler(handler)
-            handler.close()
-    root.setLevel(level)
 
 
 def write(tmp_path: Path, text: str) -> Path:

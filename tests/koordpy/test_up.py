@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -166,3 +167,23 @@ def test_bad_config_exits_2_before_starting(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "addres" in result.stderr
     assert not (tmp_path / "s").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_tcp_api_requires_the_bearer_token(tmp_path: Path) -> None:
+    api = f"127.0.0.1:{_free_port()}"
+    with running_up(tmp_path, api=api, token="s3cret") as up:
+        assert f"koordpy --api {api} get nodes" in "\n".join(up.stdout)
+        refused = cli(api, "get", "nodes")
+        assert refused.returncode != 0
+        assert "token" in refused.stderr.lower() or "unauth" in refused.stderr.lower()
+        allowed = cli(api, "--token", "s3cret", "get", "nodes")
+        assert allowed.returncode == 0, allowed.stderr
+        assert names(table_rows(allowed.stdout)) == ["test-host"]
+        assert up.stop() == 0
