@@ -90,15 +90,14 @@ class LoopRunner:
     async def run(self) -> None:
         if not self._loops:
             await asyncio.Event().wait()  # nothing to run; stay until cancelled
-        watch = self._store.watch(None)
-        try:
+        # Changes from now on wake the loops; a burst of them is one pass, not one per event.
+        with self._store.watch(None, resource_version=self._store.resource_version) as changes:
             while True:
                 wait = self.run_pass()
                 timeout = self._idle if wait is None else min(wait, self._idle)
                 try:
                     async with asyncio.timeout(timeout):
-                        await anext(watch)
+                        await anext(changes)
                 except TimeoutError:
                     continue
-        finally:
-            watch.close()
+                changes.drain()
