@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DIR = REPO_ROOT.parent / "shared"
+#: The shared specs beside the checkout (``$KOORDPY_SHARED`` points elsewhere).
+SHARED_DIR = Path(os.environ.get("KOORDPY_SHARED") or REPO_ROOT.parent / "shared")
 
 
 @pytest.fixture(scope="session")
