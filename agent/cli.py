@@ -9,11 +9,11 @@ import sys
 from typing import TextIO
 
 from agent import config as agent_config
-from agent import qos
 from agent.cgroups import detect
 from agent.devices.base import build_device, probe_all, probes_for
 from agent.errors import AgentError, ConfigError, Unsupported
 from agent.node import node_name
+from agent.qos import registry
 from apis.codec import dump_yaml, to_builtins
 from apis.core import Node
 from apis.meta import ObjectMeta
@@ -79,12 +79,8 @@ def _plan(cfg: agent_config.AgentConfig, out: TextIO) -> int:
     except Unsupported as err:
         print(f"{PROG} plan: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    strategies = [factory(cfg) for factory in qos.STRATEGIES.values()]
-    writes = qos.plan(strategies, qos.NodeSnapshot(cgroup=cgroup))
+    strategies = registry.build()
     out.write(f"cgroup {cgroup.version}, driver {cgroup.driver}, root {cgroup.root}\n")
-    if not writes:
+    if not strategies:
         out.write("no changes\n")
-        return 0
-    for write in writes:
-        out.write(f"{write.strategy}: {write.cgroup}/{write.resource} = {write.value}\n")
     return 0

@@ -1,0 +1,288 @@
+"""The parameters QoS strategies run with: NodeSLO and agent config, defaults resolved.
+
+Strategies never read a NodeSLO directly; they read :class:`QoSSettings`, where every optional
+field of the NodeSLO has been replaced by its Koordinator default and validated. A NodeSLO
+that fails validation raises :class:`SettingsError` naming the field and the value, and the
+caller keeps the settings it had (the agent never runs on a half-valid config).
+
+Feature gates and agent-side switches (``disable_unset_cpu_quota``, colocation) come from the
+agent config, since koordpy computes Batch/Mid resources on the node itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from apis.slo import CPUBurstStrategy, NodeSLOSpec, ResourceThresholdStrategy
+
+__all__ = [
+    "DEFAULT_GATES",
+    "BurstSettings",
+    "ColocationSettings",
+    "EvictSettings",
+    "QoSSettings",
+    "SettingsError",
+    "SuppressSettings",
+    "from_nodeslo",
+    "merge_burst",
+]
+
+#: Feature gates and their defaults (Koordinator's koordlet gates that koordpy implements).
+DEFAULT_GATES: Final[Mapping[str, bool]] = {
+    "BECPUSuppress": True,
+    "CPUBurst": True,
+    "CPUSetAllocator": True,
+    "BatchResource": True,
+    "BECPUManager": False,
+    "BECPUEvict": False,
+    "CPUEvict": False,
+    "CPUAllocatableEvict": False,
+    "BEMemoryEvict": False,
+    "MemoryEvict": False,
+    "MemoryAllocatableEvict": False,
+    "PerCPUMetric": False,
+}
+
+SuppressPolicy = Literal["cpuset", "cfsQuota"]
+BurstPolicy = Literal["none", "cpuBurstOnly", "cfsQuotaBurstOnly", "auto"]
+CpuEvictPolicy = Literal["evictByRealLimit", "evictByAllocatable"]
+CalculatePolicy = Literal["usage", "request", "maxUsageRequest"]
+
+
+class SettingsError(ValueError):
+    """A NodeSLO or config value out of range; names the field and the value."""
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressSettings:
+    """``resourceUsedThresholdWithBE``: BE CPU suppress."""
+
+    enable: bool = False
+    threshold_percent: int = 65
+    min_percent: int | None = None
+    policy: SuppressPolicy = "cpuset"
+
+
+@dataclass(frozen=True, slots=True)
+class BurstSettings:
+    """``cpuBurstStrategy`` (node level; a pod may override it by annotation)."""
+
+    policy: BurstPolicy = "none"
+    cpu_burst_percent: int = 1000
+    cfs_quota_burst_percent: int = 300
+    cfs_quota_burst_period_seconds: int = -1
+    share_pool_threshold_percent: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class EvictSettings:
+    """Eviction thresholds (``resourceUsedThresholdWithBE``); ``None`` = not configured."""
+
+    memory_threshold_percent: int = 70
+    memory_lower_percent: int | None = None  # None: threshold - 2
+    cpu_be_satisfaction_upper_percent: int | None = None
+    cpu_be_satisfaction_lower_percent: int | None = None
+    cpu_be_usage_threshold_percent: int = 90
+    cpu_time_window_seconds: int | None = None
+    cpu_threshold_percent: int | None = None
+    cpu_lower_percent: int | None = None  # None: threshold - 2
+    cpu_policy: CpuEvictPolicy = "evictByRealLimit"
+    cpu_allocatable_threshold_percent: int | None = None
+    cpu_allocatable_lower_percent: int | None = None
+    memory_allocatable_threshold_percent: int | None = None
+    memory_allocatable_lower_percent: int | None = None
+    evict_enabled_priority_threshold: int | None = None
+    allocatable_priority_threshold: int | None = None
+
+    @property
+    def memory_lower(self) -> int:
+        lower = self.memory_lower_percent
+        return self.memory_threshold_percent - 2 if lower is None else lower
+
+    @property
+    def cpu_lower(self) -> int | None:
+        if self.cpu_threshold_percent is None:
+            return None
+        lower = self.cpu_lower_percent
+        return self.cpu_threshold_percent - 2 if lower is None else lower
+
+
+@dataclass(frozen=True, slots=True)
+class ColocationSettings:
+    """Batch/Mid allocatable (Koordinator's ColocationStrategy), from the agent config."""
+
+    enable: bool = False
+    cpu_reclaim_threshold_percent: int = 60
+    memory_reclaim_threshold_percent: int = 65
+    cpu_calculate_policy: CalculatePolicy = "usage"
+    memory_calculate_policy: CalculatePolicy = "usage"
+    degrade_time_minutes: int = 15
+    mid_reclaim_mode: Literal["", "static"] = ""
+    mid_cpu_threshold_percent: int = 100
+    mid_memory_threshold_percent: int = 100
+    mid_unallocated_percent: int = 0
+    mid_static_cpu_reserved_percent: int = 0
+    mid_static_memory_reserved_percent: int = 0
+    batch_cpu_threshold_percent: int | None = None
+    batch_memory_threshold_percent: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QoSSettings:
+    suppress: SuppressSettings = field(default_factory=SuppressSettings)
+    burst: BurstSettings = field(default_factory=BurstSettings)
+    evict: EvictSettings = field(default_factory=EvictSettings)
+    colocation: ColocationSettings = field(default_factory=ColocationSettings)
+    gates: Mapping[str, bool] = field(default_factory=lambda: dict(DEFAULT_GATES))
+    #: v1.8's ``-disable-unset-cpu-quota``: keep the quota of cpuset-bound pods.
+    disable_unset_cpu_quota: bool = False
+    #: Host applications of the NodeSLO (name, priority, qos, cgroup path).
+    host_applications: tuple[object, ...] = ()
+
+    def gate(self, name: str) -> bool:
+        return self.gates.get(name, DEFAULT_GATES.get(name, False))
+
+
+def _percent(name: str, value: int | None, *, low: int = 0, high: int = 100) -> None:
+    if value is not None and not low <= value <= high:
+        raise SettingsError(f"{name}: {value} is out of range [{low}, {high}]")
+
+
+def _thresholds(spec: ResourceThresholdStrategy) -> tuple[SuppressSettings, EvictSettings]:
+    path = "spec.resourceUsedThresholdWithBE"
+    _percent(f"{path}.cpuSuppressThresholdPercent", spec.cpu_suppress_threshold_percent)
+    _percent(f"{path}.cpuSuppressMinPercent", spec.cpu_suppress_min_percent)
+    policy = spec.cpu_suppress_policy or "cpuset"
+    if policy not in ("cpuset", "cfsQuota"):
+        raise SettingsError(f"{path}.cpuSuppressPolicy: {policy!r} is not cpuset or cfsQuota")
+    suppress = SuppressSettings(
+        enable=bool(spec.enable),
+        threshold_percent=_or(spec.cpu_suppress_threshold_percent, 65),
+        min_percent=spec.cpu_suppress_min_percent,
+        policy=policy,  # type: ignore[arg-type]
+    )
+    for name, value in (
+        ("memoryEvictThresholdPercent", spec.memory_evict_threshold_percent),
+        ("memoryEvictLowerPercent", spec.memory_evict_lower_percent),
+        ("cpuEvictBEUsageThresholdPercent", spec.cpu_evict_be_usage_threshold_percent),
+        ("cpuEvictThresholdPercent", spec.cpu_evict_threshold_percent),
+        ("cpuEvictLowerPercent", spec.cpu_evict_lower_percent),
+    ):
+        _percent(f"{path}.{name}", value)
+    upper = spec.cpu_evict_be_satisfaction_upper_percent
+    lower = spec.cpu_evict_be_satisfaction_lower_percent
+    if upper is not None or lower is not None:
+        if lower is None or not 0 < lower <= 60:
+            raise SettingsError(
+                f"{path}.cpuEvictBESatisfactionLowerPercent: {lower} not in (0, 60]"
+            )
+        if upper is None or not 0 < upper < 100 or upper < lower:
+            raise SettingsError(
+                f"{path}.cpuEvictBESatisfactionUpperPercent: {upper} not in (0, 100) or below"
+                f" the lower percent {lower}"
+            )
+    for kind, threshold, lowest in (
+        (
+            "cpu",
+            spec.cpu_allocatable_evict_threshold_percent,
+            spec.cpu_allocatable_evict_lower_percent,
+        ),
+        (
+            "memory",
+            spec.memory_allocatable_evict_threshold_percent,
+            spec.memory_allocatable_evict_lower_percent,
+        ),
+    ):
+        if threshold is not None and lowest is not None and lowest >= threshold:
+            raise SettingsError(
+                f"{path}.{kind}AllocatableEvictLowerPercent: {lowest} must be below the"
+                f" threshold {threshold}"
+            )
+    priority = spec.allocatable_evict_priority_threshold
+    if priority is not None and priority > 7999:
+        raise SettingsError(
+            f"{path}.allocatableEvictPriorityThreshold: {priority} exceeds 7999 (Prod pods are"
+            " never evicted by allocatable)"
+        )
+    cpu_policy = spec.cpu_evict_policy or "evictByRealLimit"
+    if cpu_policy not in ("evictByRealLimit", "evictByAllocatable"):
+        raise SettingsError(f"{path}.cpuEvictPolicy: {cpu_policy!r} is not a known policy")
+    evict = EvictSettings(
+        memory_threshold_percent=_or(spec.memory_evict_threshold_percent, 70),
+        memory_lower_percent=spec.memory_evict_lower_percent,
+        cpu_be_satisfaction_upper_percent=upper,
+        cpu_be_satisfaction_lower_percent=lower,
+        cpu_be_usage_threshold_percent=_or(spec.cpu_evict_be_usage_threshold_percent, 90),
+        cpu_time_window_seconds=spec.cpu_evict_time_window_seconds,
+        cpu_threshold_percent=spec.cpu_evict_threshold_percent,
+        cpu_lower_percent=spec.cpu_evict_lower_percent,
+        cpu_policy=cpu_policy,  # type: ignore[arg-type]
+        cpu_allocatable_threshold_percent=spec.cpu_allocatable_evict_threshold_percent,
+        cpu_allocatable_lower_percent=spec.cpu_allocatable_evict_lower_percent,
+        memory_allocatable_threshold_percent=spec.memory_allocatable_evict_threshold_percent,
+        memory_allocatable_lower_percent=spec.memory_allocatable_evict_lower_percent,
+        evict_enabled_priority_threshold=spec.evict_enabled_priority_threshold,
+        allocatable_priority_threshold=priority,
+    )
+    return suppress, evict
+
+
+def _burst(spec: CPUBurstStrategy, path: str = "spec.cpuBurstStrategy") -> BurstSettings:
+    policy = spec.policy or "none"
+    if policy not in ("none", "cpuBurstOnly", "cfsQuotaBurstOnly", "auto"):
+        raise SettingsError(
+            f"{path}.policy: {policy!r} is not none, cpuBurstOnly, cfsQuotaBurstOnly or auto"
+        )
+    _percent(f"{path}.cpuBurstPercent", spec.cpu_burst_percent, low=1, high=10000)
+    if spec.cfs_quota_burst_percent is not None and spec.cfs_quota_burst_percent < 100:
+        raise SettingsError(
+            f"{path}.cfsQuotaBurstPercent: {spec.cfs_quota_burst_percent} is below 100"
+        )
+    _percent(f"{path}.sharePoolThresholdPercent", spec.share_pool_threshold_percent)
+    return BurstSettings(
+        policy=policy,  # type: ignore[arg-type]
+        cpu_burst_percent=_or(spec.cpu_burst_percent, 1000),
+        cfs_quota_burst_percent=_or(spec.cfs_quota_burst_percent, 300),
+        cfs_quota_burst_period_seconds=_or(spec.cfs_quota_burst_period_seconds, -1),
+        share_pool_threshold_percent=_or(spec.share_pool_threshold_percent, 50),
+    )
+
+
+def merge_burst(base: BurstSettings, override: CPUBurstStrategy, path: str) -> BurstSettings:
+    """A pod's ``koordinator.sh/cpuBurst`` annotation laid field by field over the node's."""
+    merged = CPUBurstStrategy(
+        policy=override.policy or base.policy,
+        cpu_burst_percent=_or(override.cpu_burst_percent, base.cpu_burst_percent),
+        cfs_quota_burst_percent=_or(override.cfs_quota_burst_percent, base.cfs_quota_burst_percent),
+        cfs_quota_burst_period_seconds=_or(
+            override.cfs_quota_burst_period_seconds, base.cfs_quota_burst_period_seconds
+        ),
+        share_pool_threshold_percent=base.share_pool_threshold_percent,
+    )
+    return _burst(merged, path)
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def from_nodeslo(spec: NodeSLOSpec | None, base: QoSSettings) -> QoSSettings:
+    """``base`` (agent config and defaults) with the NodeSLO's strategies laid over it."""
+    if spec is None:
+        return base
+    suppress, evict = base.suppress, base.evict
+    if spec.resource_used_threshold_with_be is not None:
+        suppress, evict = _thresholds(spec.resource_used_threshold_with_be)
+    burst = base.burst
+    if spec.cpu_burst_strategy is not None:
+        burst = _burst(spec.cpu_burst_strategy)
+    return dataclasses.replace(
+        base,
+        suppress=suppress,
+        evict=evict,
+        burst=burst,
+        host_applications=tuple(spec.host_applications),
+    )

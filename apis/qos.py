@@ -1,0 +1,149 @@
+"""QoS and priority classes of a pod, as Kubernetes and Koordinator derive them.
+
+* Kubernetes QoS (``Guaranteed`` / ``Burstable`` / ``BestEffort``): ``status.qosClass`` when set,
+  else computed from the containers' requests and limits of cpu and memory.
+* Koordinator QoS (``LSE`` / ``LSR`` / ``LS`` / ``BE`` / ``SYSTEM``): label
+  ``koordinator.sh/qosClass``; without it Guaranteed -> LSR, Burstable -> LS, BestEffort -> BE.
+* Koordinator priority class: label ``koordinator.sh/priority-class``, else by ``spec.priority``
+  band (koord-prod 9000-9999, koord-mid 7000-7999, koord-batch 5000-5999, koord-free
+  3000-3999), else from the QoS (SYSTEM/LSE/LSR/LS -> prod, BE -> batch).
+* Priority value with default (eviction ordering): a non-zero ``spec.priority``, else the
+  class default (9500, 7500, 5500, 3500; 0 for none).
+
+The cgroup location of a pod always follows its Kubernetes QoS; the Koordinator QoS only
+selects policies.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from apis import constants as k
+from apis.core import Container, Pod
+
+__all__ = [
+    "KubeQoS",
+    "PriorityClass",
+    "QoSClass",
+    "koord_qos",
+    "kube_qos",
+    "priority_class",
+    "priority_value",
+    "sub_priority",
+]
+
+
+class KubeQoS(enum.StrEnum):
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BEST_EFFORT = "BestEffort"
+
+
+class QoSClass(enum.StrEnum):
+    LSE = "LSE"
+    LSR = "LSR"
+    LS = "LS"
+    BE = "BE"
+    SYSTEM = "SYSTEM"
+    NONE = ""
+
+
+class PriorityClass(enum.StrEnum):
+    PROD = "koord-prod"
+    MID = "koord-mid"
+    BATCH = "koord-batch"
+    FREE = "koord-free"
+    NONE = ""
+
+    @property
+    def default_value(self) -> int:
+        return _CLASS_DEFAULTS[self]
+
+
+_CLASS_DEFAULTS = {
+    PriorityClass.PROD: 9500,
+    PriorityClass.MID: 7500,
+    PriorityClass.BATCH: 5500,
+    PriorityClass.FREE: 3500,
+    PriorityClass.NONE: 0,
+}
+_BANDS = (
+    (9000, 9999, PriorityClass.PROD),
+    (7000, 7999, PriorityClass.MID),
+    (5000, 5999, PriorityClass.BATCH),
+    (3000, 3999, PriorityClass.FREE),
+)
+_COMPUTE = ("cpu", "memory")
+
+
+def _containers(pod: Pod) -> tuple[Container, ...]:
+    return (*pod.spec.init_containers, *pod.spec.containers)
+
+
+def kube_qos(pod: Pod) -> KubeQoS:
+    """``status.qosClass`` when the kubelet set it, else computed like the API server does."""
+    given = pod.status.qos_class
+    if given in KubeQoS.__members__.values():
+        return KubeQoS(given)
+    containers = _containers(pod)
+    any_set = False
+    guaranteed = bool(containers)
+    for container in containers:
+        requests = container.resources.requests
+        limits = container.resources.limits
+        for name in _COMPUTE:
+            request = requests.get(name)
+            limit = limits.get(name)
+            if request or limit:
+                any_set = True
+            if not limit or (request is not None and request != limit):
+                guaranteed = False
+    if not any_set:
+        return KubeQoS.BEST_EFFORT
+    return KubeQoS.GUARANTEED if guaranteed else KubeQoS.BURSTABLE
+
+
+def koord_qos(pod: Pod) -> QoSClass:
+    """The ``koordinator.sh/qosClass`` label, else the default mapping from the kube QoS."""
+    label = pod.metadata.labels.get(k.LABEL_QOS_CLASS)
+    if label is not None:
+        return (
+            QoSClass(label) if label in QoSClass.__members__.values() and label else QoSClass.NONE
+        )
+    return {
+        KubeQoS.GUARANTEED: QoSClass.LSR,
+        KubeQoS.BURSTABLE: QoSClass.LS,
+        KubeQoS.BEST_EFFORT: QoSClass.BE,
+    }[kube_qos(pod)]
+
+
+def priority_class(pod: Pod) -> PriorityClass:
+    label = pod.metadata.labels.get(k.LABEL_PRIORITY_CLASS, "")
+    if label and label in PriorityClass.__members__.values():
+        return PriorityClass(label)
+    priority = pod.spec.priority
+    if priority is not None:
+        for low, high, band in _BANDS:
+            if low <= priority <= high:
+                return band
+    qos = koord_qos(pod)
+    if qos in (QoSClass.SYSTEM, QoSClass.LSE, QoSClass.LSR, QoSClass.LS):
+        return PriorityClass.PROD
+    if qos is QoSClass.BE:
+        return PriorityClass.BATCH
+    return PriorityClass.NONE
+
+
+def priority_value(pod: Pod) -> int:
+    """A non-zero ``spec.priority``, else the default value of the pod's priority class."""
+    if pod.spec.priority:
+        return pod.spec.priority
+    return priority_class(pod).default_value
+
+
+def sub_priority(pod: Pod) -> int:
+    """The ``koordinator.sh/priority`` label as an int (0 when absent or not a number)."""
+    try:
+        return int(pod.metadata.labels.get(k.LABEL_PRIORITY, "0"))
+    except ValueError:
+        return 0
