@@ -6,19 +6,26 @@ import argparse
 import asyncio
 import json
 import sys
+from datetime import UTC, datetime
 from typing import TextIO
 
+from prometheus_client import CollectorRegistry
+
 from agent import config as agent_config
+from agent import daemon
 from agent.cgroups import detect
 from agent.devices.base import build_device, probe_all, probes_for
 from agent.errors import AgentError, ConfigError, Unsupported
-from agent.node import node_name
-from agent.qos import registry
+from agent.node import build_node, node_name, read_host_facts
+from agent.pods.kubelet import KubeletPodSource
+from agent.pods.static import read_pods_file
+from agent.qos import service
 from apis.codec import dump_yaml, to_builtins
-from apis.core import Node
+from apis.core import Node, Pod
 from apis.meta import ObjectMeta
 from apis.scheduling import Device
-from koordpy import configfile, logs
+from koordpy import configfile, lifecycle, logs
+from koordpy.exposition import MetricsAddressError, serve_metrics
 
 __all__ = ["main"]
 
@@ -26,8 +33,13 @@ PROG = "koordpy agent"
 EXIT_FAILURE = 1
 
 MQTT_LATER = (
-    f"{PROG} run: a standalone agent reports over MQTT, and the MQTT transport is configured "
-    "in a later release; run this host's agent embedded with `koordpy up` for now"
+    f"{PROG} run: [report] transport = 'mqtt' needs the MQTT transport, which comes in a later"
+    " release; use transport = 'none' for a node on its own (QoS only), or run this host's"
+    " agent embedded with `koordpy up`"
+)
+BUS_EMBEDDED = (
+    f"{PROG} run: [report] transport = 'bus' exists only inside `koordpy up`; use 'none' for a"
+    " node on its own"
 )
 
 
@@ -42,16 +54,15 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     quiet = action != "run" and cfg.agent.log_level.lower() != "debug"
     logs.setup_logging("warning" if quiet else cfg.agent.log_level)
     node = node_name(getattr(args, "node_name", None), cfg)
-    if action == "run":
-        print(MQTT_LATER, file=sys.stderr)
-        return configfile.EXIT_CONFIG
     try:
+        if action == "run":
+            return _run(cfg, node)
         if action == "devices":
             device = asyncio.run(_devices(cfg, node))
             _print(device, args.output, stdout)
             return 0
         if action == "plan":
-            return _plan(cfg, stdout)
+            return asyncio.run(_plan(cfg, node, args, stdout))
     except ConfigError as err:
         return configfile.exit_on_error(err, prog=PROG)
     except AgentError as err:
@@ -59,6 +70,36 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         return EXIT_FAILURE
     print(f"{PROG}: unknown action {action!r}", file=sys.stderr)
     return configfile.EXIT_CONFIG
+
+
+def _run(cfg: agent_config.AgentConfig, node: str) -> int:
+    """The daemon on a node of its own: QoS over this host's cgroups, metrics, no reports."""
+    if cfg.report.transport == "mqtt":
+        print(MQTT_LATER, file=sys.stderr)
+        return configfile.EXIT_CONFIG
+    if cfg.report.transport == "bus":
+        print(BUS_EMBEDDED, file=sys.stderr)
+        return configfile.EXIT_CONFIG
+    registry = CollectorRegistry()
+
+    async def serve() -> None:
+        with lifecycle.stop_event() as stop, serve_metrics(cfg.metrics.address, registry):
+            await daemon.run(
+                cfg,
+                bus=None,
+                stop=stop,
+                node=node,
+                qos=True,
+                registry=registry,
+                restarts_metric=lifecycle.restarts_counter(registry),
+            )
+
+    try:
+        asyncio.run(serve())
+    except MetricsAddressError as err:
+        print(f"{PROG} run: {err}", file=sys.stderr)
+        return configfile.EXIT_CONFIG
+    return 0
 
 
 async def _devices(cfg: agent_config.AgentConfig, node: str) -> Device:
@@ -73,14 +114,102 @@ def _print(device: Device, output: str, out: TextIO) -> None:
         out.write(dump_yaml(device))
 
 
-def _plan(cfg: agent_config.AgentConfig, out: TextIO) -> int:
+async def _plan_pods(cfg: agent_config.AgentConfig, args: argparse.Namespace) -> tuple[Pod, ...]:
+    if args.pods_file:
+        return read_pods_file(args.pods_file)
+    if cfg.pods.source == "file":
+        return read_pods_file(cfg.pods.file)
+    if cfg.pods.source == "bindings":
+        raise ConfigError(
+            "[pods] source = 'bindings' follows the controller; give --pods-file to plan"
+        )
+    source = service.pod_source(cfg, node="", bus=None)
+    assert isinstance(source, KubeletPodSource)
+    await source.refresh()
+    return source.pods
+
+
+def _show(value: object) -> str:
+    return "<absent>" if value is None else str(value)
+
+
+async def _plan(
+    cfg: agent_config.AgentConfig, node: str, args: argparse.Namespace, out: TextIO
+) -> int:
+    """One QoS pass that writes nothing: every write it would make, and why."""
     try:
         cgroup = detect.detect(cfg.host, cfg.cgroup)
     except Unsupported as err:
         print(f"{PROG} plan: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    strategies = registry.build()
-    out.write(f"cgroup {cgroup.version}, driver {cgroup.driver}, root {cgroup.root}\n")
-    if not strategies:
+    pods = await _plan_pods(cfg, args)
+    slo_file = args.nodeslo_file or cfg.qos.nodeslo_file
+    slo = service.read_nodeslo_file(slo_file) if slo_file else None
+    facts = await asyncio.to_thread(read_host_facts, cfg.host)
+    now = datetime.now(UTC)
+    node_object = build_node(node, facts, heartbeat=now, ready_since=now, cgroup=cgroup)
+    loop = service.build_loop(
+        cfg,
+        node=node,
+        cgroup=cgroup,
+        pods=lambda: pods,
+        node_object=lambda: node_object,
+        nodeslo=lambda: slo,
+    )
+    # Usage is a rate: sample once, wait one interval, then plan on the second sample.
+    loop.snapshot()
+    await asyncio.sleep(cfg.qos.interval)
+    _, outcome, planned = loop.plan_once()
+    # Everything not already in place: changes, and writes that could not land (cgroup
+    # absent, value invalid) with the note saying why.
+    changes = [p for p in planned if p.changed or p.note]
+    rows = [
+        {
+            "cgroup": p.write.cgroup,
+            "file": p.path,
+            "current": _show(p.current),
+            "desired": str(p.write.value),
+            "strategy": p.write.strategy,
+            "reason": "; ".join(x for x in (p.write.reason, p.note) if x),
+        }
+        for p in changes
+    ]
+    evictions = [
+        {
+            "pod": f"{e.pod.metadata.namespace}/{e.pod.metadata.name}",
+            "feature": e.reason,
+            "message": e.message,
+        }
+        for e in outcome.evictions
+    ]
+    resources = outcome.node_resources.to_wire() if outcome.node_resources is not None else None
+    if args.output == "json":
+        document = {
+            "node": node,
+            "cgroup": {"version": str(cgroup.version), "driver": str(cgroup.driver)},
+            "writes": rows,
+            "unchanged": len(planned) - len(changes),
+            "evictions": evictions,
+            "nodeResources": resources,
+        }
+        out.write(json.dumps(document, indent=2) + "\n")
+        return 0
+    out.write(
+        f"node {node}: cgroup {cgroup.version}, driver {cgroup.driver}, {len(pods)} pods;"
+        f" {len(changes)} writes, {len(planned) - len(changes)} values already as desired\n"
+    )
+    if rows:
+        headers = ["CGROUP", "FILE", "CURRENT", "DESIRED", "STRATEGY", "REASON"]
+        table = [[r[h.lower()] for h in headers] for r in rows]
+        widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+        for line in [headers, *table]:
+            out.write("   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)))
+            out.write("\n")
+    else:
         out.write("no changes\n")
+    for eviction in evictions:
+        out.write(f"evict {eviction['pod']}: {eviction['feature']}: {eviction['message']}\n")
+    if resources:
+        listed = ", ".join(f"{k}={v}" for k, v in resources.items())
+        out.write(f"node resources: {listed}\n")
     return 0

@@ -13,6 +13,20 @@ Every key is optional; an unknown key is an error naming it (exit status 2). Exa
 
     [devices]
     simulate = ["nvidia-h100"]
+
+    [qos]
+    interval = 1.0
+    gates = { CPUEvict = true }
+    nodeslo_file = "/etc/koordpy/nodeslo.yaml"
+
+    [colocation]
+    enable = true
+
+    [pods]
+    source = "kubelet"
+
+    [evictions]
+    mode = "controller"
 """
 
 from __future__ import annotations
@@ -23,6 +37,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from agent import errors
+from agent.qos.settings import DEFAULT_GATES, ColocationSettings
 from koordpy import configfile
 
 __all__ = [
@@ -31,8 +46,11 @@ __all__ = [
     "AgentSection",
     "CgroupSection",
     "DevicesSection",
+    "EvictionsSection",
     "HostPaths",
     "MetricsSection",
+    "PodsSection",
+    "QoSSection",
     "ReportSection",
     "load",
 ]
@@ -88,9 +106,10 @@ class MetricsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 
 class ReportSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    #: How reports reach the controller: ``mqtt`` (fleet) or ``bus`` (in-process, only when
-    #: the agent is embedded in ``koordpy up``). Default ``mqtt``.
-    transport: Literal["bus", "mqtt"] = "mqtt"
+    #: How reports reach the controller: ``mqtt`` (fleet), ``bus`` (in-process, only when
+    #: the agent is embedded in ``koordpy up``) or ``none`` (a node on its own: QoS only,
+    #: nothing reported). Default ``mqtt``.
+    transport: Literal["bus", "mqtt", "none"] = "mqtt"
     #: Seconds between checks of Node and Device for changes (a change is published at once).
     #: Default 10.
     interval: Seconds = 10.0
@@ -107,6 +126,71 @@ class DevicesSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     probe_timeout: Seconds = 30.0
 
 
+class QoSSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: Seconds between QoS passes (koordlet's reconcile/suppress intervals). Default 1.
+    interval: Seconds = 1.0
+    #: Feature gates over their defaults (``BECPUSuppress``, ``CPUBurst``, ``CPUEvict``...).
+    gates: dict[str, bool] = {}
+    #: Strategies to run, by name; empty runs every one. Default every one.
+    strategies: tuple[str, ...] = ()
+    #: v1.8's ``-disable-unset-cpu-quota``: keep the cfs quota of cpuset-bound pods.
+    disable_unset_cpu_quota: bool = False
+    #: A NodeSLO (YAML) to enforce while the controller sends none. Default none.
+    nodeslo_file: str = ""
+    #: Seconds after which cached cgroup values are read again (and rewritten if they
+    #: drifted), koordlet's ``-resource-force-update-seconds``. Default 60.
+    force_update_seconds: Seconds = 60.0
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.gates) - set(DEFAULT_GATES))
+        if unknown:
+            raise ValueError(
+                f"unknown feature gate {unknown[0]!r} (known: {', '.join(sorted(DEFAULT_GATES))})"
+            )
+
+
+class PodsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: Where pods come from: ``kubelet``, ``file`` (nodes without a kubelet) or ``bindings``
+    #: (the controller's retained PodList topic). Default ``kubelet``.
+    source: Literal["kubelet", "file", "bindings"] = "kubelet"
+    #: The kubelet's address and port (10255, the read-only port, is plain HTTP; any other
+    #: HTTPS). Default 127.0.0.1:10250.
+    kubelet_address: str = "127.0.0.1"
+    kubelet_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 10250
+    #: Bearer token file for HTTPS, re-read on every request. Default the service account's.
+    kubelet_token_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    #: CA bundle for the kubelet's serving certificate; empty: the system CAs.
+    kubelet_ca_file: str = ""
+    #: Skip verifying the kubelet's certificate (koordlet's -kubelet-insecure-tls).
+    kubelet_insecure_tls: bool = False
+    #: Seconds between polls of /pods. Default 10.
+    kubelet_sync_interval: Seconds = 10.0
+    #: Seconds one poll may take, connect and read together. Default 3.
+    kubelet_sync_timeout: Seconds = 3.0
+    #: The pods file for ``source = "file"``. Default /etc/koordpy/pods.yaml.
+    file: str = "/etc/koordpy/pods.yaml"
+    #: Seconds between checks of the pods file for changes. Default 1.
+    file_interval: Seconds = 1.0
+    #: Seconds the agent waits for the first pod list before QoS starts anyway. Default 30.
+    sync_timeout: Seconds = 30.0
+
+
+class EvictionsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: Who evicts: ``controller`` (a request on the agent's evictions topic) or ``apiserver``
+    #: (a policy/v1 Eviction posted to a Kubernetes API server). Default ``controller``.
+    mode: Literal["controller", "apiserver"] = "controller"
+    #: The API server's base URL for ``apiserver`` (``https://10.0.0.1:6443``).
+    apiserver_url: str = ""
+    #: Bearer token file for the API server. Default the service account's.
+    token_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    #: CA bundle of the API server; empty: the system CAs.
+    ca_file: str = ""
+    #: Skip verifying the API server's certificate.
+    insecure_tls: bool = False
+    #: Seconds one eviction call may take. Default 10.
+    timeout: Seconds = 10.0
+
+
 class AgentConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     agent: AgentSection = msgspec.field(default_factory=AgentSection)
     host: HostPaths = msgspec.field(default_factory=HostPaths)
@@ -114,6 +198,11 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     metrics: MetricsSection = msgspec.field(default_factory=MetricsSection)
     report: ReportSection = msgspec.field(default_factory=ReportSection)
     devices: DevicesSection = msgspec.field(default_factory=DevicesSection)
+    qos: QoSSection = msgspec.field(default_factory=QoSSection)
+    #: Batch/Mid resources (the fields of Koordinator's ColocationStrategy, in snake_case).
+    colocation: ColocationSettings = msgspec.field(default_factory=ColocationSettings)
+    pods: PodsSection = msgspec.field(default_factory=PodsSection)
+    evictions: EvictionsSection = msgspec.field(default_factory=EvictionsSection)
 
 
 def load(path: str | Path | None = None) -> AgentConfig:

@@ -23,17 +23,20 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import msgspec
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter
 
 from agent.cgroups import detect
 from agent.config import AgentConfig
 from agent.devices.base import DeviceProbe, ProbeResult, build_device, probe_all, probes_for
 from agent.errors import Unsupported
 from agent.node import HostFacts, build_node, node_name, read_host_facts
+from agent.qos import service
+from agent.qos.loop import QoSLoop
 from agent.report.bus import BusPublisher
-from agent.report.transport import Publisher
+from agent.report.transport import NullPublisher, Publisher
 from apis.core import Node
 from apis.meta import ObjectMeta
+from apis.resources import ResourceList
 from apis.scheduling import Device
 from koordpy import lifecycle
 from koordpy.bus import REPORTED_AT_ANNOTATION, Bus
@@ -84,6 +87,7 @@ class Reporter:
         self._node: Node | None = None
         self._device: Device | None = None
         self._device_since: datetime | None = None
+        self._extended: ResourceList | None = None
 
     @property
     def last_node(self) -> Node | None:
@@ -96,6 +100,12 @@ class Reporter:
     def trigger(self) -> None:
         """Report now (a device or node change was noticed)."""
         self.wakeup.set()
+
+    def set_extended_resources(self, resources: ResourceList | None) -> None:
+        """Resources the QoS loop computed (Batch/Mid); a change is reported at once."""
+        if resources != self._extended:
+            self._extended = resources
+            self.trigger()
 
     async def run(self) -> None:
         ticker = lifecycle.Ticker(self._interval)
@@ -143,6 +153,7 @@ class Reporter:
                 ready_since=self._ready_since,
                 cgroup=self._cgroup,
                 device=device,
+                extended=self._extended,
             )
 
         node = node_at(self._heartbeat or now)
@@ -170,13 +181,15 @@ def _detect_cgroups(cfg: AgentConfig) -> detect.CgroupInfo | None:
 async def run(
     cfg: AgentConfig,
     *,
-    bus: Bus,
+    bus: Bus | None,
     stop: asyncio.Event,
     node: str | None = None,
     probes: Sequence[DeviceProbe] | None = None,
     facts: Callable[[], HostFacts] | None = None,
     detect_cgroups: bool = True,
+    qos: bool = False,
     restarts_metric: Counter | None = None,
+    registry: CollectorRegistry | None = None,
     ready: asyncio.Event | None = None,
     clock: Callable[[], datetime] = _utcnow,
 ) -> None:
@@ -185,7 +198,9 @@ async def run(
     ``node`` defaults to ``[agent] node_name``, ``$NODE_NAME`` or the hostname; ``probes`` to
     the probes the config asks for (:func:`agent.devices.base.probes_for`); ``facts`` to this
     host's (:func:`agent.node.read_host_facts`). ``ready`` is set once the first Node and
-    Device are published.
+    Device are published. ``bus`` None: nothing is reported (``[report] transport = "none"``).
+    ``qos``: also run the QoS loop over this host's cgroups (needs them detected); its
+    gauges go to ``registry``.
     """
     name = node_name(node, cfg)
     cgroup = _detect_cgroups(cfg) if detect_cgroups else None
@@ -202,7 +217,11 @@ async def run(
     read_facts = facts if facts is not None else (lambda: read_host_facts(host))
     counter = restarts_metric if restarts_metric is not None else lifecycle.restarts_counter()
     async with contextlib.AsyncExitStack() as stack:
-        publisher = await stack.enter_async_context(BusPublisher(bus, name, clock=clock))
+        publisher: Publisher
+        if bus is None:
+            publisher = await stack.enter_async_context(NullPublisher(name))
+        else:
+            publisher = await stack.enter_async_context(BusPublisher(bus, name, clock=clock))
         reporter = Reporter(
             node=name,
             publisher=publisher,
@@ -217,4 +236,45 @@ async def run(
         await reporter.report(results)
         if ready is not None:
             ready.set()
-        await lifecycle.run_components([reporter], stop, restarts_metric=counter)
+        components: list[lifecycle.Component] = [reporter]
+        if qos:
+            if cgroup is None:
+                _log.warning("node %s: no cgroups detected, QoS is off", name)
+            else:
+                loop, inputs = _qos_components(cfg, name, cgroup, bus, publisher, reporter)
+                components.extend([*inputs, loop])
+                if registry is not None and loop.gauges is not None:
+                    registry.register(loop.gauges)
+                    stack.callback(registry.unregister, loop.gauges)
+        await lifecycle.run_components(components, stop, restarts_metric=counter)
+
+
+def _qos_components(
+    cfg: AgentConfig,
+    name: str,
+    cgroup: detect.CgroupInfo,
+    bus: Bus | None,
+    publisher: Publisher,
+    reporter: Reporter,
+) -> tuple[QoSLoop, list[lifecycle.Component]]:
+    """The QoS loop and what feeds it (pod source, NodeSLO follower)."""
+    pods = service.pod_source(cfg, node=name, bus=bus)
+    fallback = service.read_nodeslo_file(cfg.qos.nodeslo_file) if cfg.qos.nodeslo_file else None
+    follower = service.NodeSLOFollower(bus, name, fallback=fallback)
+
+    def node_object() -> Node:
+        return reporter.last_node or Node(metadata=ObjectMeta(name=name))
+
+    loop = service.build_loop(
+        cfg,
+        node=name,
+        cgroup=cgroup,
+        pods=lambda: pods.pods,
+        node_object=node_object,
+        nodeslo=follower.current,
+        evictor=service.evictor_for(cfg, node=name, bus=bus, events=publisher),
+        on_node_resources=reporter.set_extended_resources,
+    )
+    loop.synced = pods.synced
+    loop.sync_timeout = cfg.pods.sync_timeout
+    return loop, [pods, follower]

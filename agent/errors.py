@@ -7,7 +7,9 @@
     ├── TransientError          retry: the supervisor restarts the component with backoff
     ├── Unsupported             degrade: hardware or a kernel feature is absent (no NVML, no
     │                           cgroup file); the feature is switched off, the agent runs on
-    └── NotFound                ignore: a cgroup or process vanished between listing and use
+    ├── NotFound                ignore: a cgroup or process vanished between listing and use
+    └── Rejected                report: the kernel (or a range check) refused a value; carries
+                                the file, the value and the reason
 
 ``ConfigError`` is also a :class:`koordpy.configfile.ConfigError` (and so a
 :class:`koordpy.lifecycle.Fatal`): ``supervise()`` never restarts a component that raised it.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from koordpy import configfile
 
-__all__ = ["AgentError", "ConfigError", "NotFound", "TransientError", "Unsupported"]
+__all__ = ["AgentError", "ConfigError", "NotFound", "Rejected", "TransientError", "Unsupported"]
 
 
 class AgentError(Exception):
@@ -38,3 +40,19 @@ class Unsupported(AgentError):  # noqa: N818 - names the policy (degrade)
 
 class NotFound(AgentError):  # noqa: N818 - names the condition
     """A cgroup or process vanished; callers ignore it."""
+
+
+class Rejected(AgentError):  # noqa: N818 - names the condition
+    """A value the kernel refused (EINVAL, ERANGE, EBUSY...) or a range check caught first."""
+
+    def __init__(self, path: str, value: str, reason: str) -> None:
+        super().__init__(f"{path}: {value!r} rejected: {reason}")
+        #: The file written.
+        self.path = path
+        #: The text that was (to be) written.
+        self.value = value
+        #: The errno text (``Invalid argument``) or the failed check.
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[Rejected], tuple[str, str, str]]:
+        return (type(self), (self.path, self.value, self.reason))

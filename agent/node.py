@@ -149,8 +149,8 @@ def _internal_ips() -> tuple[str, ...]:
 
 def read_host_facts(host: HostPaths) -> HostFacts:
     """This machine's facts (the host's /proc and / when ``host.root`` is not ``/``)."""
-    if host.root != "/":
-        psutil.PROCFS_PATH = str(host.proc)
+    # psutil reads one process-wide /proc; point it at this host's every time.
+    psutil.PROCFS_PATH = str(host.proc)
     try:
         storage = psutil.disk_usage(str(host.path("/"))).total
     except OSError:
@@ -202,8 +202,13 @@ def build_node(
     ready_since: datetime,
     cgroup: CgroupInfo | None = None,
     device: Device | None = None,
+    extended: ResourceList | None = None,
 ) -> Node:
-    """The Node object for this agent's report (pure)."""
+    """The Node object for this agent's report (pure).
+
+    ``extended`` holds resources the agent computes (``kubernetes.io/batch-cpu``, ``mid-*``),
+    added to capacity and allocatable as Koordinator publishes them.
+    """
     labels = {
         k.LABEL_HOSTNAME: name,
         LABEL_OS: facts.operating_system,
@@ -225,6 +230,8 @@ def build_node(
             k.RESOURCE_PODS: DEFAULT_MAX_PODS,
         }
     ) + accelerator_resources(device)
+    if extended:
+        capacity = capacity + extended
     ready = Condition(
         type="Ready",
         status="True",

@@ -2,9 +2,9 @@
 training jobs PyTorchJob and TFJob (``kubeflow.org/v1``).
 
 Every field name Kubernetes 1.24-1.35 defines is known, so a real manifest loads and a typo is
-an "unknown field" error. Parts koordpy never interprets (volumes, probes, security contexts,
-container statuses...) are typed loosely as plain mappings; what the scheduler, quota and queue
-read (resources, affinity, tolerations, taints, conditions) is typed in full.
+an "unknown field" error. Parts koordpy never interprets (volumes, probes, security contexts...) are
+typed loosely as plain mappings; what the scheduler, quota, queue and node agent read
+(resources, affinity, tolerations, taints, conditions, container statuses) is typed in full.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ __all__ = [
     "Affinity",
     "Container",
     "ContainerPort",
+    "ContainerState",
+    "ContainerStatus",
     "EnvVar",
     "Event",
     "EventSeries",
@@ -266,6 +268,54 @@ class PodSpec(Model):
 _NO_POD_SPEC = PodSpec()
 
 
+class ContainerState(Model):
+    """What a container is doing; at most one of the three is set (none: not created yet)."""
+
+    #: ``{startedAt}``.
+    running: Loose | None = None
+    #: ``{reason, message}``.
+    waiting: Loose | None = None
+    #: ``{exitCode, signal, reason, message, startedAt, finishedAt, containerID}``.
+    terminated: Loose | None = None
+
+
+class ContainerStatus(Model):
+    """``status.containerStatuses[]`` (and the init and ephemeral twins).
+
+    ``ready``, ``restartCount``, ``image`` and ``imageID`` are always written by the kubelet,
+    so they are optional here only to accept hand-written statuses; ``None`` means absent,
+    which keeps ``ready: false`` and ``restartCount: 0`` on the wire when they were given.
+    """
+
+    name: str
+    state: ContainerState | None = None
+    last_state: ContainerState | None = None
+    ready: bool | None = None
+    restart_count: int | None = None
+    image: str | None = None
+    image_id: str | None = msgspec.field(default=None, name="imageID")
+    #: ``<runtime>://<id>`` (``containerd://...``); empty until the container is created.
+    container_id: str = msgspec.field(default="", name="containerID")
+    started: bool | None = None
+    allocated_resources: ResourceList = _NO_RESOURCES
+    resources: ResourceRequirements | None = None
+    #: ``[{name, mountPath, readOnly, recursiveReadOnly}]``.
+    volume_mounts: tuple[Loose, ...] = ()
+    #: ``{linux: {uid, gid, supplementalGroups}}``.
+    user: Loose | None = None
+    #: ``[{name, resources: [{resourceID, health}]}]``.
+    allocated_resources_status: tuple[Loose, ...] = ()
+    stop_signal: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state is not None and self.state.running is not None
+
+    @property
+    def terminated(self) -> bool:
+        return self.state is not None and self.state.terminated is not None
+
+
 class PodStatus(Model):
     observed_generation: int | None = None
     #: ``Pending``, ``Running``, ``Succeeded``, ``Failed``, ``Unknown``.
@@ -279,9 +329,9 @@ class PodStatus(Model):
     pod_ip: str = msgspec.field(default="", name="podIP")
     pod_ips: tuple[Loose, ...] = msgspec.field(default=(), name="podIPs")
     start_time: datetime | None = None
-    init_container_statuses: tuple[Loose, ...] = ()
-    container_statuses: tuple[Loose, ...] = ()
-    ephemeral_container_statuses: tuple[Loose, ...] = ()
+    init_container_statuses: tuple[ContainerStatus, ...] = ()
+    container_statuses: tuple[ContainerStatus, ...] = ()
+    ephemeral_container_statuses: tuple[ContainerStatus, ...] = ()
     qos_class: str = msgspec.field(default="", name="qosClass")
     resize: str = ""
     resource_claim_statuses: tuple[Loose, ...] = ()

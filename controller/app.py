@@ -17,6 +17,7 @@ from controller.api.server import ApiServer
 from controller.config import ControllerConfig
 from controller.ingest import Ingest
 from controller.loops import LoopRunner, build_loops
+from controller.nodefeed import NodeFeed
 from controller.store import Store
 from koordpy import lifecycle
 from koordpy.bus import Bus
@@ -79,7 +80,7 @@ async def open_controller(
     metrics = stack.enter_context(serve_metrics(metrics_address or cfg.metrics.address, registry))
     components: list[lifecycle.Component] = [LoopRunner(store, build_loops())]
     if bus is not None:
-        components.insert(0, Ingest(bus, store, registry=registry))
+        components[:0] = [Ingest(bus, store, registry=registry), NodeFeed(bus, store)]
     return Controller(
         store=store,
         api=api,

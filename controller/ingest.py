@@ -8,6 +8,11 @@ Subscribes to ``koordpy/v1/nodes/+/+`` and, per topic leaf:
 * ``device`` -> the Device; its owner reference is pointed at the stored Node's uid;
 * ``nodemetric`` -> the NodeMetric;
 * ``events`` -> a new Event (``generateName``; namespace ``default`` when none);
+* ``evictions`` -> a ``policy/v1`` Eviction request (:class:`apis.eviction.EvictionRequest`):
+  the named pod is deleted (finalizers honoured: a pod with finalizers only gets its
+  ``deletionTimestamp``) and a Warning Event ``Evicted`` is recorded on it, naming the agent's
+  feature and node. A request for a pod that is gone, has another uid, or runs on another node
+  is dropped with a log line;
 * ``status`` ``offline`` -> the Node's Ready condition becomes ``Unknown``
   (``NodeStatusUnknown``, "agent went offline"), as Kubernetes marks a silent node.
 
@@ -29,13 +34,15 @@ import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from apis.codec import decode_json
-from apis.core import Event, Node
+from apis.core import Event, Node, Pod
 from apis.errors import ApiError, UnknownKind
+from apis.eviction import EVICTIONS_LEAF, EvictionRequest
 from apis.kinds import Kind
 from apis.meta import Condition, Object
 from apis.scheduling import Device
 from apis.slo import NodeMetric
 from controller.errors import AlreadyExists, NotFound, StoreError
+from controller.events import WARNING, EventRecorder
 from controller.store import Outcome, Store
 from koordpy.bus import (
     REPORTED_AT_ANNOTATION,
@@ -58,6 +65,8 @@ _log = logging.getLogger(__name__)
 
 #: What the ingest subscribes to: every leaf of every node.
 SUBSCRIPTION: Final = "koordpy/v1/nodes/+/+"
+#: Leaves the controller publishes to agents (ignored by the ingest).
+DOWNLINK: Final = ("pods", "nodeslo")
 #: Node annotation holding the label keys the agent set last (comma-separated, sorted).
 AGENT_LABELS_ANNOTATION: Final = "koordpy.io/agent-labels"
 #: Namespace of events that name none (Kubernetes puts node events in ``default``).
@@ -65,6 +74,8 @@ EVENT_NAMESPACE: Final = "default"
 
 OFFLINE_REASON: Final = "NodeStatusUnknown"
 OFFLINE_MESSAGE: Final = "agent went offline"
+#: Component named on the Events of evictions an agent asked for.
+EVICTION_COMPONENT: Final = "koordlet"
 
 _O = TypeVar("_O", bound=Object)
 
@@ -181,6 +192,7 @@ class Ingest:
         self._store = store
         self._clock = clock
         self._client_id = client_id
+        self._recorders: dict[str, EventRecorder] = {}
         self._messages = Counter(
             "koordpy_ingest_messages",
             "Messages from agents, by topic leaf and what became of them.",
@@ -211,7 +223,7 @@ class Ingest:
         return result
 
     async def _handle(self, message: Message, parsed: tuple[str, str] | None) -> Result:
-        if parsed is None or parsed[1] == "pods" or not message.payload:
+        if parsed is None or parsed[1] in DOWNLINK or not message.payload:
             return Result.IGNORED
         node, leaf = parsed
         try:
@@ -223,6 +235,8 @@ class Ingest:
                 return await self._nodemetric(node, self._decode(message, NodeMetric))
             if leaf == "events":
                 return await self._event(node, self._decode(message, Event))
+            if leaf == EVICTIONS_LEAF:
+                return await self._eviction(node, self._decode(message, EvictionRequest))
             if leaf == "status":
                 return await self._status(
                     node, msgspec.json.decode(message.payload, type=AgentStatus)
@@ -361,6 +375,56 @@ class Ingest:
             return Result.APPLIED
 
         return await self._store.submit(write)
+
+    def _recorder(self, node: str) -> EventRecorder:
+        recorder = self._recorders.get(node)
+        if recorder is None:
+            recorder = self._recorders[node] = EventRecorder(
+                self._store, component=EVICTION_COMPONENT, clock=self._clock, host=node
+            )
+        return recorder
+
+    async def _eviction(self, node: str, request: EvictionRequest) -> Result:
+        kind = self._kind(Pod)
+        if kind is None or self._kind(Event) is None:
+            return Result.IGNORED
+        meta = request.metadata
+        if not meta.name:
+            raise ApiError(f"eviction request from node {node!r} names no pod")
+        recorder = self._recorder(node)
+        where = {"node": node, "pod": f"{meta.namespace or 'default'}/{meta.name}"}
+
+        def write(store: Store) -> tuple[Result, str]:
+            try:
+                pod = store.get(kind, meta.name, meta.namespace)
+            except NotFound:
+                return Result.IGNORED, "the pod is gone"
+            if not isinstance(pod, Pod):
+                return Result.IGNORED, "not a pod"
+            if meta.uid and pod.metadata.uid != meta.uid:
+                return Result.IGNORED, f"the pod now has uid {pod.metadata.uid}, not {meta.uid}"
+            if pod.spec.node_name != node:
+                return Result.IGNORED, f"the pod runs on node {pod.spec.node_name!r}"
+            if pod.metadata.deletion_timestamp is not None:
+                return Result.UNCHANGED, "the pod is already being deleted"
+            feature = request.feature or "unknown"
+            text = f"evicted on request of the agent of node {node} (feature {feature})"
+            if request.message:
+                text = f"{text}: {request.message}"
+            recorder.record(pod, type=WARNING, reason=request.reason or "Evicted", message=text)
+            store.delete(kind, meta.name, pod.metadata.namespace)
+            return Result.APPLIED, ""
+
+        result, why = await self._store.submit(write)
+        if result is Result.APPLIED:
+            _log.info(
+                "evicted pod %s for node %s (%s)", where["pod"], node, request.feature, extra=where
+            )
+        else:
+            _log.info(
+                "dropped eviction of pod %s from node %s: %s", where["pod"], node, why, extra=where
+            )
+        return result
 
     async def _status(self, node: str, status: AgentStatus) -> Result:
         if status.state == "online":

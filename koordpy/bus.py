@@ -16,6 +16,11 @@ broker with the same topics (``koordpy/v1/nodes/{node}/{leaf}``) and the same ru
   subscription with :class:`BusOverflow` on the next read; subscribing again replays the
   retained state, so a supervised consumer resynchronises by restarting.
 
+Leaves under ``koordpy/v1/nodes/{node}/``: the agent publishes ``node``, ``device``,
+``nodemetric``, ``status`` (retained), ``events`` and ``evictions`` (requests the controller
+carries out); the controller publishes ``pods`` (the PodList bound to the node) and
+``nodeslo`` (the NodeSLO the agent enforces), both retained.
+
 Everything runs on the event loop's thread; ``publish`` never blocks.
 """
 
@@ -52,9 +57,9 @@ _log = logging.getLogger(__name__)
 #: Root of every koordpy topic (the wire protocol's version is part of it).
 ROOT: Final = "koordpy/v1"
 #: The leaves under ``koordpy/v1/nodes/{node}/`` and who publishes them.
-LEAVES: Final = ("node", "device", "nodemetric", "status", "events", "pods")
+LEAVES: Final = ("node", "device", "nodemetric", "status", "events", "evictions", "pods", "nodeslo")
 
-Leaf = Literal["node", "device", "nodemetric", "status", "events", "pods"]
+Leaf = Literal["node", "device", "nodemetric", "status", "events", "evictions", "pods", "nodeslo"]
 
 #: Annotation an agent stamps on retained bodies without a heartbeat of their own (Device):
 #: when their content last changed (RFC 3339). The controller drops a body older than the one

@@ -83,8 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = agent_sub.add_parser(action, parents=[api], help=text)
         cmd.add_argument("--config", help="agent TOML config (default /etc/koordpy/agent.toml)")
         cmd.add_argument("--node-name", help="node name (default $NODE_NAME or hostname)")
-        if action != "run":
+        if action == "devices":
             cmd.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+        if action == "plan":
+            cmd.add_argument(
+                "--pods-file", help="pods to plan for (YAML PodList or Pods) instead of [pods]"
+            )
+            cmd.add_argument(
+                "--nodeslo-file", help="NodeSLO to plan with (default [qos] nodeslo_file)"
+            )
+            cmd.add_argument("-o", "--output", choices=("table", "json"), default="table")
 
     controller = sub.add_parser("controller", parents=[api], help="the central controller")
     controller_sub = controller.add_subparsers(

@@ -214,6 +214,10 @@ async def run(
             applied = _apply_examples(controller.store, examples_dir())
             log.info("demo: %d example objects applied", applied)
         agents = _agents(cfg.agent, host=host, demo=demo)
+        # All-in-one: this host's pods are the ones the controller binds to it.
+        embedded = msgspec.structs.replace(
+            cfg.agent, pods=msgspec.structs.replace(cfg.agent.pods, source="bindings")
+        )
         readies = [asyncio.Event() for _ in agents]
         async with asyncio.TaskGroup() as group:
             group.create_task(
@@ -225,14 +229,16 @@ async def run(
             for agent, ready in zip(agents, readies, strict=True):
                 group.create_task(
                     agent_daemon.run(
-                        cfg.agent,
+                        embedded,
                         bus=bus,
                         stop=stop,
                         node=agent.name,
                         probes=agent.probes,
                         facts=agent.facts,
                         detect_cgroups=agent.detect_cgroups,
+                        qos=agent.detect_cgroups,
                         restarts_metric=agent_restarts,
+                        registry=agent_registry,
                         ready=ready,
                     ),
                     name=f"agent:{agent.name}",

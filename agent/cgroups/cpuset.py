@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 
 __all__ = ["CpuSet", "CpuSetError"]
@@ -59,7 +60,7 @@ class CpuSet(frozenset[int]):
             yield start, prev
 
     def __str__(self) -> str:
-        return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in self.ranges())
+        return _format(self)
 
     def __repr__(self) -> str:
         return f"CpuSet({str(self)!r})"
@@ -72,3 +73,9 @@ class CpuSet(frozenset[int]):
 
     def __sub__(self, other: frozenset[int]) -> CpuSet:  # type: ignore[override]
         return CpuSet(frozenset.__sub__(self, other))
+
+
+@functools.lru_cache(maxsize=4096)
+def _format(cpus: CpuSet) -> str:
+    # The same few sets (pools, bound pods) are printed every pass.
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in cpus.ranges())

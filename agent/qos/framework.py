@@ -14,8 +14,10 @@ on v2 (``kubepods/besteffort/pod<uid>``); the writer maps them to files.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+import msgspec
 
 from agent.cgroups.cpuset import CpuSet
 from agent.cgroups.detect import CgroupInfo
@@ -40,13 +42,17 @@ __all__ = [
     "Value",
 ]
 
+_NO_RESOURCES = ResourceList()
+
 #: A cgroup value in v1 units: an int (µs, shares, bytes; -1 = unlimited) or a cpu set.
 Value = int | CpuSet
 
 
-@dataclass(frozen=True, slots=True)
-class CgroupWrite:
-    """One desired cgroup value, with who wants it and why (shown by ``agent plan``)."""
+class CgroupWrite(msgspec.Struct, frozen=True):
+    """One desired cgroup value, with who wants it and why (shown by ``agent plan``).
+
+    A Struct, not a dataclass: strategies make about a thousand of these every pass.
+    """
 
     cgroup: str
     resource: Resource
@@ -65,13 +71,12 @@ class Eviction:
     strategy: str
 
 
-@dataclass(frozen=True, slots=True)
-class Gauge:
+class Gauge(msgspec.Struct, frozen=True):
     """A metric sample a strategy reports (exported as ``koordlet_<name>``)."""
 
     name: str
     value: float
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,8 @@ class PodState:
     cpuset: CpuSet | None = None
     #: ``Pending``, ``Running``...
     phase: str = ""
+    #: The pod's effective request (Kubernetes rules, :func:`apis.core.pod_requests`).
+    requests: ResourceList = _NO_RESOURCES
 
     @property
     def name(self) -> str:
@@ -135,7 +142,8 @@ class PodState:
 
     @property
     def active(self) -> bool:
-        return self.phase in ("Pending", "Running")
+        """Pending, Running, or a phase not reported (yet): the pod holds its resources."""
+        return self.phase not in ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +223,12 @@ class NodeSnapshot:
 
 @runtime_checkable
 class Strategy(Protocol):
-    """One QoS strategy (see the module docstring)."""
+    """One QoS strategy (see the module docstring).
+
+    Optional members the loop honours: ``interval`` (seconds; the strategy runs at most that
+    often instead of every pass) and ``wants_memory(settings) -> bool`` (pods' memory usage
+    must be sampled for it; without it the loop does not read pod memory for this strategy).
+    """
 
     @property
     def name(self) -> str: ...

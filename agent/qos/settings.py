@@ -5,18 +5,24 @@ field of the NodeSLO has been replaced by its Koordinator default and validated.
 that fails validation raises :class:`SettingsError` naming the field and the value, and the
 caller keeps the settings it had (the agent never runs on a half-valid config).
 
+They are strict msgspec Structs, so the agent config holds them directly as TOML tables.
 Feature gates and agent-side switches (``disable_unset_cpu_quota``, colocation) come from the
 agent config, since koordpy computes Batch/Mid resources on the node itself.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from apis.slo import CPUBurstStrategy, NodeSLOSpec, ResourceThresholdStrategy
+import msgspec
+
+from apis.slo import (
+    CPUBurstStrategy,
+    HostApplicationSpec,
+    NodeSLOSpec,
+    ResourceThresholdStrategy,
+)
 
 __all__ = [
     "DEFAULT_GATES",
@@ -56,8 +62,7 @@ class SettingsError(ValueError):
     """A NodeSLO or config value out of range; names the field and the value."""
 
 
-@dataclass(frozen=True, slots=True)
-class SuppressSettings:
+class SuppressSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``resourceUsedThresholdWithBE``: BE CPU suppress."""
 
     enable: bool = False
@@ -66,8 +71,7 @@ class SuppressSettings:
     policy: SuppressPolicy = "cpuset"
 
 
-@dataclass(frozen=True, slots=True)
-class BurstSettings:
+class BurstSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``cpuBurstStrategy`` (node level; a pod may override it by annotation)."""
 
     policy: BurstPolicy = "none"
@@ -77,8 +81,7 @@ class BurstSettings:
     share_pool_threshold_percent: int = 50
 
 
-@dataclass(frozen=True, slots=True)
-class EvictSettings:
+class EvictSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Eviction thresholds (``resourceUsedThresholdWithBE``); ``None`` = not configured."""
 
     memory_threshold_percent: int = 70
@@ -110,8 +113,7 @@ class EvictSettings:
         return self.cpu_threshold_percent - 2 if lower is None else lower
 
 
-@dataclass(frozen=True, slots=True)
-class ColocationSettings:
+class ColocationSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Batch/Mid allocatable (Koordinator's ColocationStrategy), from the agent config."""
 
     enable: bool = False
@@ -130,17 +132,16 @@ class ColocationSettings:
     batch_memory_threshold_percent: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class QoSSettings:
-    suppress: SuppressSettings = field(default_factory=SuppressSettings)
-    burst: BurstSettings = field(default_factory=BurstSettings)
-    evict: EvictSettings = field(default_factory=EvictSettings)
-    colocation: ColocationSettings = field(default_factory=ColocationSettings)
-    gates: Mapping[str, bool] = field(default_factory=lambda: dict(DEFAULT_GATES))
+class QoSSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    suppress: SuppressSettings = msgspec.field(default_factory=SuppressSettings)
+    burst: BurstSettings = msgspec.field(default_factory=BurstSettings)
+    evict: EvictSettings = msgspec.field(default_factory=EvictSettings)
+    colocation: ColocationSettings = msgspec.field(default_factory=ColocationSettings)
+    gates: dict[str, bool] = msgspec.field(default_factory=lambda: dict(DEFAULT_GATES))
     #: v1.8's ``-disable-unset-cpu-quota``: keep the quota of cpuset-bound pods.
     disable_unset_cpu_quota: bool = False
     #: Host applications of the NodeSLO (name, priority, qos, cgroup path).
-    host_applications: tuple[object, ...] = ()
+    host_applications: tuple[HostApplicationSpec, ...] = ()
 
     def gate(self, name: str) -> bool:
         return self.gates.get(name, DEFAULT_GATES.get(name, False))
@@ -279,7 +280,7 @@ def from_nodeslo(spec: NodeSLOSpec | None, base: QoSSettings) -> QoSSettings:
     burst = base.burst
     if spec.cpu_burst_strategy is not None:
         burst = _burst(spec.cpu_burst_strategy)
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         base,
         suppress=suppress,
         evict=evict,

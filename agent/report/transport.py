@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 from apis.core import Event
 from apis.meta import Object
 
-__all__ = ["Publisher", "StateLeaf"]
+__all__ = ["NullPublisher", "Publisher", "StateLeaf"]
 
 #: Topic leaves that carry a node's retained state.
 StateLeaf = Literal["node", "device", "nodemetric"]
@@ -31,3 +31,22 @@ class Publisher(Protocol):
     async def event(self, event: Event) -> None:
         """Publish a Kubernetes Event about this node or its pods (not retained)."""
         ...
+
+
+class NullPublisher:
+    """``[report] transport = "none"``: a node on its own; reports go nowhere (logged once)."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+
+    async def __aenter__(self) -> NullPublisher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def report(self, leaf: StateLeaf, obj: Object) -> bool:
+        return False
+
+    async def event(self, event: Event) -> None:
+        return None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import io
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +12,6 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent import cli as agent_cli
 from agent import daemon
 from agent.config import AgentConfig, DevicesSection, ReportSection
 from agent.devices import base, simulated
@@ -333,20 +331,6 @@ def test_agent_devices_without_hardware_prints_an_empty_device(
     out = capsys.readouterr().out
     assert "kind: Device" in out
     assert "name: bare" in out
-
-
-def test_agent_plan_prints_no_changes(tmp_path: Path) -> None:
-    host = FakeHost(tmp_path)
-    host.use_v1()
-    host.mkdir_cgroup("cpu,cpuacct/kubepods")
-    config = write_config(tmp_path, host)
-    out = io.StringIO()
-    args = cli.build_parser().parse_args(["agent", "plan", "--config", str(config)])
-    assert agent_cli.main(args, out=out) == 0
-    assert out.getvalue().splitlines() == [
-        f"cgroup v1, driver cgroupfs, root {host.cgroup_root}",
-        "no changes",
-    ]
 
 
 def test_agent_run_standalone_says_mqtt_comes_later(
