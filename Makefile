@@ -57,6 +57,7 @@ test: system-deps lint pytest
 
 bench: install
 	$(PY) -m bench.store
+	$(PY) -m bench.agent_qos
 
 proto: install-test
 	$(PY) -m controller.api.protogen

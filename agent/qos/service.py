@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -171,10 +172,16 @@ def build_loop(
     evictor: Evictor | None = None,
     on_node_resources: Callable[[ResourceList | None], None] | None = None,
     strategies: list[Strategy] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> QoSLoop:
-    """A QoS loop over this host's cgroups as ``cfg`` describes them."""
-    writer = CgroupWriter(CgroupFiles(cgroup), refresh_seconds=cfg.qos.force_update_seconds)
-    sampler = UsageSampler(cfg.host, HierarchyReader(cgroup), interval=cfg.qos.interval)
+    """A QoS loop over this host's cgroups as ``cfg`` describes them (``clock``: seconds,
+    monotonic; one clock drives the sampler's windows, the writer's cache and the loop)."""
+    writer = CgroupWriter(
+        CgroupFiles(cgroup), clock=clock, refresh_seconds=cfg.qos.force_update_seconds
+    )
+    sampler = UsageSampler(
+        cfg.host, HierarchyReader(cgroup, clock=clock), clock=clock, interval=cfg.qos.interval
+    )
     return QoSLoop(
         node_name=node,
         cgroup=cgroup,
@@ -190,4 +197,5 @@ def build_loop(
         on_node_resources=on_node_resources,
         gauges=GaugeCollector(node=node),
         interval=cfg.qos.interval,
+        clock=clock,
     )
