@@ -27,7 +27,7 @@ def shared_dir() -> Path:
     CI always has it; a user's clone may not, and then the test skips with this reason.
     """
     if not (SHARED_DIR / "koordinator-crds").is_dir():
-        pytest.skip(f"shared specs not found at {SHARED_DIR} (present in CI checkouts)")
+        pytest.skip(reason=f"shared specs not found at {SHARED_DIR} (present in CI checkouts)")
     return SHARED_DIR
 
 

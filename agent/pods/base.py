@@ -21,15 +21,18 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import msgspec
 
+from agent.errors import TransientError
 from apis.codec import decode_as
 from apis.core import Pod
 from apis.errors import DecodeError
+from koordpy import lifecycle
 
 __all__ = [
     "Failures",
     "PodCache",
     "PodListError",
     "PodSource",
+    "PollingSource",
     "decode_pod",
     "decode_pods",
     "parse_pod_list",
@@ -243,3 +246,31 @@ class Failures:
         if self.count:
             _log.info("%s: recovered after %d failures", self.name, self.count)
         self.count = 0
+
+
+class PollingSource(PodCache):
+    """A source that re-reads its pods every ``interval`` seconds (kubelet, pods file).
+
+    Subclasses implement ``refresh()``; a :class:`TransientError` from it is logged once and
+    retried at the next tick (see :class:`Failures`), the pods read before stay in force.
+    """
+
+    def __init__(self, name: str, *, interval: float) -> None:
+        super().__init__(name)
+        self.interval = interval
+        self._failures = Failures(name)
+
+    async def refresh(self) -> bool:
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        ticker = lifecycle.Ticker(self.interval)
+        loop = asyncio.get_running_loop()
+        while True:
+            await ticker.wait()
+            try:
+                await self.refresh()
+            except TransientError as err:
+                self._failures.failed(err, loop.time())
+            else:
+                self._failures.succeeded()

@@ -25,8 +25,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from agent.errors import ConfigError, TransientError
-from agent.pods.base import Failures, PodCache, PodListError, parse_pod_list
-from koordpy import lifecycle
+from agent.pods.base import PodListError, PollingSource, parse_pod_list
 
 __all__ = [
     "DEFAULT_PORT",
@@ -57,7 +56,7 @@ def kubelet_url(address: str = "127.0.0.1", port: int = DEFAULT_PORT) -> str:
     return f"{scheme}://{host}:{port}/pods"
 
 
-class KubeletPodSource(PodCache):
+class KubeletPodSource(PollingSource):
     """Polls ``url`` every ``interval`` seconds (see the module docstring)."""
 
     def __init__(
@@ -71,7 +70,7 @@ class KubeletPodSource(PodCache):
         timeout: float = 3.0,
         name: str = "pods/kubelet",
     ) -> None:
-        super().__init__(name)
+        super().__init__(name, interval=interval)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"kubelet URL must be http(s)://host[:port]/path, got {url!r}")
@@ -80,7 +79,6 @@ class KubeletPodSource(PodCache):
                 f"kubelet interval and timeout must be positive, got {interval}, {timeout}"
             )
         self.url = url
-        self.interval = interval
         self.timeout = timeout
         self._https = parts.scheme == "https"
         self._host = parts.hostname
@@ -89,7 +87,6 @@ class KubeletPodSource(PodCache):
         self._token_file = token_file
         self._ca_file = ca_file
         self._insecure = insecure_tls
-        self._failures = Failures(name)
         self._warned_token = False
 
     # --- one request (worker thread) -----------------------------------------------------------
@@ -173,15 +170,3 @@ class KubeletPodSource(PodCache):
         except PodListError as err:
             raise TransientError(str(err)) from err
         return self._replace(pods)
-
-    async def run(self) -> None:
-        ticker = lifecycle.Ticker(self.interval)
-        loop = asyncio.get_running_loop()
-        while True:
-            await ticker.wait()
-            try:
-                await self.refresh()
-            except TransientError as err:
-                self._failures.failed(err, loop.time())
-            else:
-                self._failures.succeeded()

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError, TransientError
-from agent.pods.base import Failures, PodCache, PodListError, decode_pods, pod_list_items
+from agent.pods.base import PodListError, PollingSource, decode_pods, pod_list_items
 from apis.codec import load_yaml_documents
 from apis.core import Pod
 from apis.errors import DecodeError
-from koordpy import lifecycle
 
 __all__ = ["StaticPodSource", "read_pods_file"]
 
@@ -61,20 +60,18 @@ def read_pods_file(path: str | Path) -> tuple[Pod, ...]:
         raise ConfigError(str(err)) from None
 
 
-class StaticPodSource(PodCache):
+class StaticPodSource(PollingSource):
     """Watches one pods file (see the module docstring)."""
 
     def __init__(self, path: str | Path, *, interval: float = 1.0, name: str = "pods/file") -> None:
-        super().__init__(name)
+        super().__init__(name, interval=interval)
         if interval <= 0:
             raise ConfigError(f"pods file check interval must be positive, got {interval}")
         self.path = Path(path)
-        self.interval = interval
         self._seen: _Signature | None = None
         #: Why the file with signature ``_seen`` could not be used (not retried until it changes).
         self._error: str | None = None
         self._missing_logged = False
-        self._failures = Failures(name)
 
     def _signature(self) -> _Signature | None:
         try:
@@ -128,15 +125,3 @@ class StaticPodSource(PodCache):
         if changed:
             _log.info("%s: %d pods from %s", self.name, len(pods), self.path)
         return changed
-
-    async def run(self) -> None:
-        ticker = lifecycle.Ticker(self.interval)
-        loop = asyncio.get_running_loop()
-        while True:
-            await ticker.wait()
-            try:
-                await self.refresh()
-            except TransientError as err:
-                self._failures.failed(err, loop.time())
-            else:
-                self._failures.succeeded()

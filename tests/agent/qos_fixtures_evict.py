@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.cgroups.detect import CgroupDriver, CgroupInfo, CgroupVersion
-from agent.cgroups.resources import Resource
-from agent.qos.framework import CpuInfo, NodeSnapshot, PodState, Value
+from agent.qos.framework import CpuInfo, NodeSnapshot, PodState
 from agent.qos.settings import QoSSettings
 from agent.states import pod_state
 from apis import constants as k
@@ -32,6 +31,7 @@ from apis.core import (
 )
 from apis.meta import ObjectMeta
 from apis.resources import ResourceList
+from tests.agent.qos_builders import FakeView
 
 GIB = 1 << 30
 CGROUP = CgroupInfo(
@@ -191,16 +191,6 @@ class FakeUsage:
         if self.sample_count is not None:
             return self.sample_count
         return int(window / self.interval)
-
-
-@dataclass
-class FakeView:
-    """``framework.CgroupView`` from a table."""
-
-    values: dict[tuple[str, Resource], Value] = field(default_factory=dict)
-
-    def get(self, cgroup: str, resource: Resource) -> Value | None:
-        return self.values.get((cgroup, resource))
 
 
 def snapshot(

@@ -29,11 +29,13 @@ BUSY = "while True:\n    pass\n"
 def require_real_cgroup_v1() -> None:
     """Skip (with the reason) unless root with writable v1 cpu/cpuacct/cpuset/memory."""
     if os.geteuid() != 0:
-        pytest.skip("needs root to create cgroups (CI runs as root)")
+        pytest.skip(reason="needs root to create cgroups (CI runs as root)")
     for controller in CONTROLLERS:
         hierarchy = ROOT / controller
         if not (hierarchy / "cgroup.procs").exists() or not os.access(hierarchy, os.W_OK):
-            pytest.skip(f"cgroup v1 {controller} hierarchy not mounted writable at {hierarchy}")
+            pytest.skip(
+                reason=f"cgroup v1 {controller} hierarchy not mounted writable at {hierarchy}"
+            )
 
 
 @dataclass

@@ -725,17 +725,17 @@ def _evacuate_and_remove(top: Path, hierarchy: Path) -> None:
 @pytest.fixture
 def real_v1() -> Iterator[RealTree]:
     if os.geteuid() != 0:
-        pytest.skip("needs root to create cgroups")
+        pytest.skip(reason="needs root to create cgroups")
     try:
         found = detect.detect(HostPaths(), CgroupSection())
     except Unsupported as err:
-        pytest.skip(f"no cgroups on this host: {err}")
+        pytest.skip(reason=f"no cgroups on this host: {err}")
     if found.resource_version != 1:
-        pytest.skip("the cgroup v1 controllers are not mounted (cgroup v2 host)")
+        pytest.skip(reason="the cgroup v1 controllers are not mounted (cgroup v2 host)")
     for controller in ("cpu", "cpuset"):
         hierarchy = found.hierarchy(controller)
         if controller not in found.subsystems or not os.access(hierarchy, os.W_OK):
-            pytest.skip(f"cgroup v1 {controller} controller not mounted writable")
+            pytest.skip(reason=f"cgroup v1 {controller} controller not mounted writable")
     top = f"koordpy-test-{secrets.token_hex(4)}"
     info = dataclasses.replace(
         found, driver=detect.CgroupDriver.CGROUPFS, kubepods_parent=f"{top}/kubepods"
@@ -786,7 +786,7 @@ def test_real_kernel_burst_never_above_quota(real_v1: RealTree) -> None:
     pod = paths.pod_dir(info, KubeQoS.BURSTABLE, "burst-test-1")
     real_v1.mkdir("cpu", pod)
     if not files.path(pod, R.CPU_BURST).is_file():
-        pytest.skip("this kernel has no cpu.cfs_burst_us")
+        pytest.skip(reason="this kernel has no cpu.cfs_burst_us")
     writer = CgroupWriter(files)
     results = writer.apply([_w(pod, R.CPU_QUOTA, 50_000), _w(pod, R.CPU_BURST, 40_000)])
     assert [r.status for r in results] == [S.WRITTEN, S.WRITTEN]
@@ -797,7 +797,7 @@ def test_real_kernel_burst_never_above_quota(real_v1: RealTree) -> None:
     # without the cap a mainline kernel refuses a burst above the quota
     (refused,) = CgroupWriter(files, cap_burst=False).apply([_w(pod, R.CPU_BURST, 30_000)])
     if refused.status is S.WRITTEN:
-        pytest.skip("this kernel allows a burst above the quota")
+        pytest.skip(reason="this kernel allows a burst above the quota")
     assert refused.status is S.REJECTED
     assert "'30000'" in refused.error
 
@@ -810,7 +810,7 @@ def test_real_kernel_cpuset_widen_and_narrow(real_v1: RealTree) -> None:
     assert isinstance(root_cpus, CpuSet)
     assert isinstance(root_mems, CpuSet)
     if len(root_cpus) < 2:
-        pytest.skip("needs at least 2 CPUs")
+        pytest.skip(reason="needs at least 2 CPUs")
     a, b = sorted(root_cpus)[:2]
     top = real_v1.top
     kubepods = paths.qos_dir(info, KubeQoS.GUARANTEED)

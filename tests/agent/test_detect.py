@@ -142,7 +142,7 @@ def test_this_machine() -> None:
     """Detection on the real /proc/self/mountinfo agrees with the cgroup root itself."""
     root = Path("/sys/fs/cgroup")
     if not Path("/proc/self/mountinfo").is_file() or not root.is_dir():
-        pytest.skip("no /proc/self/mountinfo or /sys/fs/cgroup on this machine")
+        pytest.skip(reason="no /proc/self/mountinfo or /sys/fs/cgroup on this machine")
     info = detect.detect(HostPaths(), CgroupSection())
     unified_root = (root / "cgroup.controllers").is_file()
     assert (info.resource_version == 2) is unified_root

@@ -264,7 +264,7 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (made with the openssl command)."""
     openssl = shutil.which("openssl")
     if openssl is None:
-        pytest.skip("the openssl command is needed to make a test certificate")
+        pytest.skip(reason="the openssl command is needed to make a test certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
         [

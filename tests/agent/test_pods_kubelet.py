@@ -125,7 +125,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (cert, key)."""
     openssl = shutil.which("openssl")
     if openssl is None:
-        pytest.skip("openssl is not installed: cannot make a certificate for the TLS cases")
+        pytest.skip(reason="openssl is not installed: cannot make a certificate for the TLS cases")
     folder = tmp_path_factory.mktemp("tls")
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(

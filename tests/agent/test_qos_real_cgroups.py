@@ -222,7 +222,7 @@ async def test_throttled_ls_quota_scales_up_then_down_under_overload(
 async def test_lsr_pod_gets_exclusive_cpus_and_the_ls_pool_shrinks(tree: KubepodsTree) -> None:
     cpus = sorted(CpuSet.parse(tree.read("cpuset", "", "cpuset.cpus")))
     if len(cpus) < 2:
-        pytest.skip("needs at least two CPUs to bind one exclusively")
+        pytest.skip(reason="needs at least two CPUs to bind one exclusively")
     exclusive = str(cpus[-1])
     lsr = _pod(
         "inference",

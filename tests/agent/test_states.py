@@ -280,7 +280,7 @@ def test_topology_without_sysfs_is_empty(tmp_path: Path) -> None:
 def test_topology_of_this_machine() -> None:
     online = Path("/sys/devices/system/cpu/online")
     if not online.is_file():
-        pytest.skip("no /sys/devices/system/cpu/online on this machine")
+        pytest.skip(reason="no /sys/devices/system/cpu/online on this machine")
     cpus = states.cpu_topology(HostPaths())
     assert CpuSet(c.cpu for c in cpus) == CpuSet.parse(online.read_text())
     assert len(cpus) == os.cpu_count()

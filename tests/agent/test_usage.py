@@ -371,13 +371,13 @@ def test_host_app_usage(v1: V1Tree) -> None:
 def busy_cgroup() -> Iterator[tuple[CgroupInfo, str]]:
     """A private cpuacct cgroup holding one busy process; removed afterwards."""
     if os.geteuid() != 0:
-        pytest.skip("needs root to create cgroups")
+        pytest.skip(reason="needs root to create cgroups")
     info = detect.detect(HostPaths(), CgroupSection())
     if info.resource_version != 1:
-        pytest.skip("this case exercises cgroup v1 (cpuacct.usage); the host runs v2")
+        pytest.skip(reason="this case exercises cgroup v1 (cpuacct.usage); the host runs v2")
     hierarchy = info.hierarchy("cpuacct")
     if not (hierarchy / "cpuacct.usage").is_file():
-        pytest.skip(f"no cpuacct hierarchy at {hierarchy}")
+        pytest.skip(reason=f"no cpuacct hierarchy at {hierarchy}")
     name = f"koordpy-test-{secrets.token_hex(4)}"
     directory = hierarchy / name
     directory.mkdir()

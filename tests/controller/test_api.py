@@ -446,7 +446,7 @@ async def test_tcp_bearer_token(store: Store) -> None:
 def certificate(tmp_path: Path) -> tuple[Path, Path]:
     """A self-signed certificate for localhost, and its key."""
     if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
+        pytest.skip(reason="openssl is needed to make a test certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
         [
