@@ -33,9 +33,8 @@ def require_real_cgroup_v1() -> None:
     for controller in CONTROLLERS:
         hierarchy = ROOT / controller
         if not (hierarchy / "cgroup.procs").exists() or not os.access(hierarchy, os.W_OK):
-            pytest.skip(
-                reason=f"cgroup v1 {controller} hierarchy not mounted writable at {hierarchy}"
-            )
+            why = f"cgroup v1 {controller} hierarchy not mounted writable at {hierarchy}"
+            pytest.skip(reason=why)
 
 
 @dataclass
