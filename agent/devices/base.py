@@ -31,6 +31,7 @@ __all__ = [
     "LABEL_GPU_VENDOR",
     "PROBES",
     "DeviceProbe",
+    "DeviceReading",
     "ProbeFactory",
     "ProbeResult",
     "ThreadedProbe",
@@ -44,12 +45,30 @@ _log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceReading:
+    """Live figures of one device for the metrics endpoint (``None``: not known)."""
+
+    vendor: str
+    model: str
+    minor: int
+    uuid: str
+    healthy: bool
+    utilization_percent: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_celsius: float | None = None
+    power_watts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeResult:
-    """What one probe found: devices plus the Device labels and annotations they imply."""
+    """What one probe found: devices plus the Device labels and annotations they imply, and
+    the live readings of those devices (for metrics; they never change the Device object)."""
 
     devices: tuple[DeviceInfo, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    readings: tuple[DeviceReading, ...] = ()
 
 
 @runtime_checkable
