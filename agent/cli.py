@@ -14,15 +14,14 @@ from prometheus_client import CollectorRegistry
 from agent import config as agent_config
 from agent import daemon
 from agent.cgroups import detect
-from agent.devices.base import build_device, probe_all, probes_for
+from agent.devices.base import probe_all, probes_for
 from agent.errors import AgentError, ConfigError, Unsupported
 from agent.node import build_node, node_name, read_host_facts
 from agent.pods.kubelet import KubeletPodSource
 from agent.pods.static import read_pods_file
 from agent.qos import service
 from apis.codec import dump_yaml, to_builtins
-from apis.core import Node, Pod
-from apis.meta import ObjectMeta
+from apis.core import Pod
 from apis.scheduling import Device
 from koordpy import configfile, lifecycle, logs
 from koordpy.exposition import MetricsAddressError, serve_metrics
@@ -103,8 +102,10 @@ def _run(cfg: agent_config.AgentConfig, node: str) -> int:
 
 
 async def _devices(cfg: agent_config.AgentConfig, node: str) -> Device:
+    """The Device the agent would report: the daemon's probes (the configured simulation, or
+    every hardware probe of :data:`agent.devices.base.PROBES`) and its builder."""
     results = await probe_all(probes_for(cfg, node), limit=cfg.devices.probe_timeout)
-    return build_device(Node(metadata=ObjectMeta(name=node)), results)
+    return daemon.device_of(node, results)
 
 
 def _print(device: Device, output: str, out: TextIO) -> None:

@@ -116,6 +116,9 @@ class ReportSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     #: Seconds after which an unchanged Node is published again to refresh its Ready
     #: heartbeat. Default 60.
     heartbeat: Seconds = 60.0
+    #: Seconds after which an unchanged Device is published again with a new report time
+    #: (a change is published at once). Default 30.
+    device_interval: Seconds = 30.0
 
 
 class DevicesSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -124,6 +127,13 @@ class DevicesSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     simulate: tuple[str, ...] = ()
     #: Seconds one device probe may take before it counts as failed. Default 30.
     probe_timeout: Seconds = 30.0
+    #: Seconds one NVML call may take before the GPU counts as hung. Default 5.
+    nvml_call_timeout: Seconds = 5.0
+    #: The MetaX management tool (a name looked up on ``PATH``, or a path). Default ``mx-smi``.
+    mx_smi: str = "mx-smi"
+    #: Huawei's NPU management tool (a name looked up on ``PATH``, or a path). Default
+    #: ``npu-smi``.
+    npu_smi: str = "npu-smi"
 
 
 class QoSSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -8,6 +8,8 @@
 3. connect the transport (announces ``online``) and publish the first Node and Device; then
    ``ready`` is set;
 4. run the supervised components (the :class:`Reporter`) until ``stop`` is set;
+   with a metrics ``registry`` the node's device readings and probe statistics are exported
+   on it (:mod:`agent.devices.metrics`) for as long as the agent runs;
 5. on the way out the transport announces ``offline`` and closes cleanly (or, after a fatal
    error, disconnects so its will says ``offline``).
 
@@ -21,13 +23,22 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Final
 
 import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from agent.cgroups import detect
 from agent.config import AgentConfig
-from agent.devices.base import DeviceProbe, ProbeResult, build_device, probe_all, probes_for
+from agent.devices import metrics as device_metrics
+from agent.devices.base import (
+    DeviceProbe,
+    ProbeObserver,
+    ProbeResult,
+    build_device,
+    probe_all,
+    probes_for,
+)
 from agent.errors import Unsupported
 from agent.node import HostFacts, build_node, node_name, read_host_facts
 from agent.qos import service
@@ -41,21 +52,36 @@ from apis.scheduling import Device
 from koordpy import lifecycle
 from koordpy.bus import REPORTED_AT_ANNOTATION, Bus
 
-__all__ = ["Reporter", "run"]
+__all__ = ["DEVICE_INTERVAL", "Reporter", "device_of", "run"]
 
 _log = logging.getLogger(__name__)
+
+#: Seconds after which an unchanged Device is published again (with a new report time), so
+#: the controller can tell a live report from a stale one; a change is published at once.
+DEVICE_INTERVAL: Final = 30.0
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def device_of(node: str, results: Sequence[ProbeResult]) -> Device:
+    """The Device ``node`` reports for these probe results (before its report time is
+    stamped); ``koordpy agent devices`` prints the same."""
+    return build_device(Node(metadata=ObjectMeta(name=node)), results)
+
+
 class Reporter:
-    """Publishes the Node and Device of one node every interval and when woken.
+    """Probes, then publishes the Node and Device of one node, every interval and when woken.
 
     A body identical to the last one is not sent again; the Node's Ready heartbeat is refreshed
-    only when the Node changed or ``heartbeat`` seconds have passed, so an idle node publishes
-    once per ``heartbeat``.
+    only when the Node changed or ``heartbeat`` seconds have passed, and the Device's report
+    time (``koordpy.io/reported-at``) when its content changed or ``device_interval`` seconds
+    have passed, so an idle node publishes its Node once per ``heartbeat`` and its Device once
+    per ``device_interval``. Checks run every ``interval`` seconds, or every
+    ``device_interval`` when that is shorter. The results of the latest probe run are kept
+    (:attr:`last_results`: the device metrics read them); ``observe`` is told of every probe
+    run.
     """
 
     def __init__(
@@ -69,6 +95,8 @@ class Reporter:
         interval: float,
         heartbeat: float,
         probe_timeout: float,
+        device_interval: float = DEVICE_INTERVAL,
+        observe: ProbeObserver | None = None,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         self.node = node
@@ -81,13 +109,17 @@ class Reporter:
         self._interval = interval
         self._heartbeat_every = timedelta(seconds=heartbeat)
         self._probe_timeout = probe_timeout
+        self._device_every = timedelta(seconds=device_interval)
+        self._observe = observe
         self._clock = clock
         self._ready_since = clock()
         self._heartbeat: datetime | None = None
         self._node: Node | None = None
         self._device: Device | None = None
-        self._device_since: datetime | None = None
+        #: When the last Device was stamped (its content changed or it was refreshed).
+        self._device_stamped: datetime | None = None
         self._extended: ResourceList | None = None
+        self._results: tuple[ProbeResult, ...] = ()
 
     @property
     def last_node(self) -> Node | None:
@@ -96,6 +128,11 @@ class Reporter:
     @property
     def last_device(self) -> Device | None:
         return self._device
+
+    @property
+    def last_results(self) -> tuple[ProbeResult, ...]:
+        """What the probes found in the latest run (before it was published)."""
+        return self._results
 
     def trigger(self) -> None:
         """Report now (a device or node change was noticed)."""
@@ -108,16 +145,18 @@ class Reporter:
             self.trigger()
 
     async def run(self) -> None:
-        ticker = lifecycle.Ticker(self._interval)
+        ticker = lifecycle.Ticker(min(self._interval, self._device_every.total_seconds()))
         while True:
             await ticker.wait(self.wakeup)
             self.wakeup.clear()
             await self.report()
 
     def _stamped(self, device: Device, now: datetime) -> Device:
-        """``device`` with the time its content last changed."""
+        """``device`` stamped with its report time: the previous stamp while the content is
+        unchanged and younger than the device interval, else ``now``."""
         previous = self._device
-        if previous is not None and self._device_since is not None:
+        stamped = self._device_stamped
+        if previous is not None and stamped is not None and now - stamped < self._device_every:
             unstamped = dict(previous.metadata.annotations)
             unstamped.pop(REPORTED_AT_ANNOTATION, None)
             same = (
@@ -129,7 +168,7 @@ class Reporter:
             )
             if same:
                 return previous
-        self._device_since = now
+        self._device_stamped = now
         annotations = {**device.metadata.annotations, REPORTED_AT_ANNOTATION: now.isoformat()}
         return msgspec.structs.replace(
             device, metadata=msgspec.structs.replace(device.metadata, annotations=annotations)
@@ -138,12 +177,13 @@ class Reporter:
     async def report(self, results: Sequence[ProbeResult] | None = None) -> None:
         """Probe (unless ``results`` are given), build and publish Node then Device."""
         if results is None:
-            results = await probe_all(self._probes, limit=self._probe_timeout)
+            results = await probe_all(
+                self._probes, limit=self._probe_timeout, observe=self._observe
+            )
+        self._results = tuple(results)
         facts = await asyncio.to_thread(self._facts)
         now = self._clock()
-        device = self._stamped(
-            build_device(Node(metadata=ObjectMeta(name=self.node)), results), now
-        )
+        device = self._stamped(device_of(self.node, results), now)
 
         def node_at(heartbeat: datetime) -> Node:
             return build_node(
@@ -199,24 +239,31 @@ async def run(
     the probes the config asks for (:func:`agent.devices.base.probes_for`); ``facts`` to this
     host's (:func:`agent.node.read_host_facts`). ``ready`` is set once the first Node and
     Device are published. ``bus`` None: nothing is reported (``[report] transport = "none"``).
-    ``qos``: also run the QoS loop over this host's cgroups (needs them detected); its
-    gauges go to ``registry``.
+    ``qos``: also run the QoS loop over this host's cgroups (needs them detected). With a
+    ``registry``, the node's device metrics (and the QoS gauges) are exported on it until
+    the agent stops.
     """
     name = node_name(node, cfg)
     cgroup = _detect_cgroups(cfg) if detect_cgroups else None
     chosen = list(probes) if probes is not None else probes_for(cfg, name)
-    results = await probe_all(chosen, limit=cfg.devices.probe_timeout)
-    _log.info(
-        "node %s: %d device(s) from %d probe(s)",
-        name,
-        sum(len(r.devices) for r in results),
-        len(chosen),
-        extra={"node": name},
-    )
     host = cfg.host
     read_facts = facts if facts is not None else (lambda: read_host_facts(host))
     counter = restarts_metric if restarts_metric is not None else lifecycle.restarts_counter()
     async with contextlib.AsyncExitStack() as stack:
+        exported = (
+            stack.enter_context(device_metrics.exported(registry, name))
+            if registry is not None
+            else None
+        )
+        observe = exported.observe if exported is not None else None
+        results = await probe_all(chosen, limit=cfg.devices.probe_timeout, observe=observe)
+        _log.info(
+            "node %s: %d device(s) from %d probe(s)",
+            name,
+            sum(len(r.devices) for r in results),
+            len(chosen),
+            extra={"node": name},
+        )
         publisher: Publisher
         if bus is None:
             publisher = await stack.enter_async_context(NullPublisher(name))
@@ -230,13 +277,19 @@ async def run(
             cgroup=cgroup,
             interval=cfg.report.interval,
             heartbeat=cfg.report.heartbeat,
+            device_interval=cfg.report.device_interval,
             probe_timeout=cfg.devices.probe_timeout,
+            observe=observe,
             clock=clock,
         )
+        if exported is not None:
+            exported.results = lambda: reporter.last_results
+        components: list[lifecycle.Component] = [reporter]
+        for probe in chosen:
+            _attach(probe, reporter, components, stack)
         await reporter.report(results)
         if ready is not None:
             ready.set()
-        components: list[lifecycle.Component] = [reporter]
         if qos:
             if cgroup is None:
                 _log.warning("node %s: no cgroups detected, QoS is off", name)
@@ -247,6 +300,24 @@ async def run(
                     registry.register(loop.gauges)
                     stack.callback(registry.unregister, loop.gauges)
         await lifecycle.run_components(components, stop, restarts_metric=counter)
+
+
+def _attach(
+    probe: DeviceProbe,
+    reporter: Reporter,
+    components: list[lifecycle.Component],
+    stack: contextlib.AsyncExitStack,
+) -> None:
+    """A probe's optional hooks: ``components()`` (e.g. an event watcher) run supervised,
+    ``on_change`` publishes the Device at once (a health event), ``aclose()`` on the way out."""
+    extra = getattr(probe, "components", None)
+    if extra is not None:
+        components.extend(extra())
+    if hasattr(probe, "on_change"):
+        probe.on_change = reporter.trigger
+    close = getattr(probe, "aclose", None)
+    if close is not None:
+        stack.push_async_callback(close)
 
 
 def _qos_components(

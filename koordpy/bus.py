@@ -62,8 +62,9 @@ LEAVES: Final = ("node", "device", "nodemetric", "status", "events", "evictions"
 Leaf = Literal["node", "device", "nodemetric", "status", "events", "evictions", "pods", "nodeslo"]
 
 #: Annotation an agent stamps on retained bodies without a heartbeat of their own (Device):
-#: when their content last changed (RFC 3339). The controller drops a body older than the one
-#: it stored, so a replayed or delayed message never rolls a report back.
+#: when it last reported them (on a change, and again every 30 s while unchanged; RFC 3339).
+#: The controller drops a body older than the one it stored, so a replayed or delayed
+#: message never rolls a report back.
 REPORTED_AT_ANNOTATION: Final = "koordpy.io/reported-at"
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol, runtime_checkable
@@ -33,6 +34,7 @@ __all__ = [
     "DeviceProbe",
     "DeviceReading",
     "ProbeFactory",
+    "ProbeObserver",
     "ProbeResult",
     "ThreadedProbe",
     "build_device",
@@ -73,7 +75,13 @@ class ProbeResult:
 
 @runtime_checkable
 class DeviceProbe(Protocol):
-    """Finds the devices of one kind. Blocking probes run in a thread (:class:`ThreadedProbe`)."""
+    """Finds the devices of one kind. Blocking probes run in a thread (:class:`ThreadedProbe`).
+
+    Optional members the agent honours: ``components()`` (long-running parts such as an event
+    watcher, run supervised beside the reporter), ``on_change`` (a callable attribute the agent
+    sets: call it when health changes so the Device is published at once) and ``aclose()``
+    (awaited when the agent stops).
+    """
 
     @property
     def name(self) -> str: ...
@@ -102,8 +110,31 @@ def _simulated(cfg: AgentConfig, node: str) -> DeviceProbe | None:
     return simulated.from_config(cfg, node)
 
 
+def _nvidia(cfg: AgentConfig, node: str) -> DeviceProbe | None:
+    from agent.devices import nvidia  # NVML only on hosts with NVIDIA GPUs
+
+    return nvidia.from_config(cfg, node)
+
+
+def _metax(cfg: AgentConfig, node: str) -> DeviceProbe | None:
+    from agent.devices import metax  # runs mx-smi only on hosts with MetaX GPUs
+
+    return metax.from_config(cfg, node)
+
+
+def _ascend(cfg: AgentConfig, node: str) -> DeviceProbe | None:
+    from agent.devices import ascend  # runs npu-smi only on hosts with Ascend NPUs
+
+    return ascend.from_config(cfg, node)
+
+
 #: Every probe the agent knows, in the order they run.
-PROBES: Final[Mapping[str, ProbeFactory]] = {"simulated": _simulated}
+PROBES: Final[Mapping[str, ProbeFactory]] = {
+    "simulated": _simulated,
+    "nvidia": _nvidia,
+    "metax": _metax,
+    "ascend": _ascend,
+}
 
 
 def probes_for(cfg: AgentConfig, node: str) -> list[DeviceProbe]:
@@ -121,22 +152,41 @@ def probes_for(cfg: AgentConfig, node: str) -> list[DeviceProbe]:
     return found
 
 
-async def run_probe(probe: DeviceProbe, *, limit: float) -> ProbeResult:
-    """Run one probe for at most ``limit`` seconds; overrunning is a :class:`TransientError`."""
+#: Told of every probe run: the probe's name, its duration in seconds and the error it ended
+#: with (``None`` when it succeeded). Runs that are cancelled are not reported.
+ProbeObserver = Callable[[str, float, BaseException | None], None]
+
+
+async def run_probe(
+    probe: DeviceProbe, *, limit: float, observe: ProbeObserver | None = None
+) -> ProbeResult:
+    """Run one probe for at most ``limit`` seconds; overrunning is a :class:`TransientError`
+    (caused by a :class:`TimeoutError`). ``observe`` is told how the run went."""
+    started = time.monotonic()
     try:
-        async with asyncio.timeout(limit):
-            return await probe.probe()
-    except TimeoutError as err:
-        raise TransientError(f"device probe {probe.name} took longer than {limit:g}s") from err
+        try:
+            async with asyncio.timeout(limit):
+                result = await probe.probe()
+        except TimeoutError as err:
+            raise TransientError(f"device probe {probe.name} took longer than {limit:g}s") from err
+    except Exception as err:
+        if observe is not None:
+            observe(probe.name, time.monotonic() - started, err)
+        raise
+    if observe is not None:
+        observe(probe.name, time.monotonic() - started, None)
+    return result
 
 
-async def probe_all(probes: Iterable[DeviceProbe], *, limit: float) -> list[ProbeResult]:
+async def probe_all(
+    probes: Iterable[DeviceProbe], *, limit: float, observe: ProbeObserver | None = None
+) -> list[ProbeResult]:
     """Run every probe in order (each for at most ``limit`` seconds); an :class:`Unsupported`
-    probe is logged and left out."""
+    probe is logged and left out. ``observe`` is told of every run."""
     results: list[ProbeResult] = []
     for probe in probes:
         try:
-            results.append(await run_probe(probe, limit=limit))
+            results.append(await run_probe(probe, limit=limit, observe=observe))
         except Unsupported as err:
             _log.info(
                 "device probe %s unsupported: %s", probe.name, err, extra={"probe": probe.name}

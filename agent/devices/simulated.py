@@ -11,6 +11,10 @@ socket.
 
 UUIDs are deterministic (from the node name and the device index), so a restarted simulation
 reports the same devices.
+
+Live readings (for the device metrics) are those of an idle, healthy device: utilisation 0,
+no memory in use, the profile's memory as the total. Temperature and power are not simulated
+(left unknown) rather than invented.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from agent.config import AgentConfig
-from agent.devices.base import ProbeResult
+from agent.devices.base import DeviceReading, ProbeResult
 from agent.errors import ConfigError
 from apis import constants as k
 from apis.resources import ResourceList
@@ -173,16 +177,31 @@ def simulate(profiles: Sequence[Profile], node: str) -> ProbeResult:
     its first device).
     """
     devices: list[DeviceInfo] = []
+    readings: list[DeviceReading] = []
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     for profile in profiles:
         resources = ResourceList(profile.resources)
         for index, slot in enumerate(profile.slots):
+            minor = len(devices)
+            uuid_ = device_uuid(profile, node, index)
+            readings.append(
+                DeviceReading(
+                    vendor=profile.vendor,
+                    model=profile.model,
+                    minor=minor,
+                    uuid=uuid_,
+                    healthy=True,
+                    utilization_percent=0.0,
+                    memory_used_bytes=0,
+                    memory_total_bytes=profile.resources.get(k.RESOURCE_GPU_MEMORY),
+                )
+            )
             devices.append(
                 DeviceInfo(
                     type=k.DEVICE_TYPE_GPU,
-                    id=device_uuid(profile, node, index),
-                    minor=len(devices),
+                    id=uuid_,
+                    minor=minor,
                     health=True,
                     resources=resources,
                     topology=DeviceTopology(
@@ -198,7 +217,12 @@ def simulate(profiles: Sequence[Profile], node: str) -> ProbeResult:
     if profiles:
         labels[k.LABEL_GPU_VENDOR] = profiles[0].vendor
         labels[k.LABEL_GPU_MODEL] = profiles[0].model
-    return ProbeResult(devices=tuple(devices), labels=labels, annotations=annotations)
+    return ProbeResult(
+        devices=tuple(devices),
+        labels=labels,
+        annotations=annotations,
+        readings=tuple(readings),
+    )
 
 
 @dataclass(frozen=True, slots=True)

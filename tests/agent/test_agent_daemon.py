@@ -10,18 +10,21 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from agent import daemon
 from agent.config import AgentConfig, DevicesSection, ReportSection
 from agent.devices import base, simulated
-from agent.errors import ConfigError, Unsupported
+from agent.devices import metrics as device_metrics
+from agent.errors import ConfigError, TransientError, Unsupported
 from agent.node import LABEL_CGROUP_DRIVER, LABEL_CGROUP_VERSION, HostFacts
 from apis.codec import decode_json
 from apis.core import Node
 from apis.scheduling import Device
 from koordpy import cli, lifecycle
 from koordpy.bus import REPORTED_AT_ANNOTATION, AgentStatus, Bus, node_topic
+from tests.crdschema import schema_errors, validator
 from tests.fakes.host import FakeHost
 from tests.fakes.publisher import RecordingPublisher
 
@@ -167,7 +170,8 @@ def make_reporter(
 
 async def test_unchanged_reports_are_not_sent_until_the_heartbeat_is_due() -> None:
     probe, publisher, clock = Scripted(h100("n1")), RecordingPublisher(), Clock(T0)
-    reporter = make_reporter(probe, publisher, clock)
+    # The Node's heartbeat alone (the Device's own cadence is tested below).
+    reporter = make_reporter(probe, publisher, clock, device_interval=3600.0)
     await reporter.report()
     assert publisher.leaves() == ["node", "device"]
     clock.advance(10)
@@ -296,6 +300,160 @@ async def test_missing_hardware_degrades_to_an_empty_device() -> None:
         await task
 
 
+# --- Device cadence and device metrics ----------------------------------------------------
+
+
+def device_times(publisher: RecordingPublisher) -> list[str]:
+    return [
+        obj.metadata.annotations[REPORTED_AT_ANNOTATION]
+        for leaf, obj in publisher.sent
+        if leaf == "device"
+    ]
+
+
+def at(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+async def test_an_unchanged_device_is_published_again_every_30_seconds() -> None:
+    probe, publisher, clock = Scripted(h100("n1")), RecordingPublisher(), Clock(T0)
+    reporter = make_reporter(probe, publisher, clock)
+    await reporter.report()
+    for _ in range(2):
+        clock.advance(10)
+        await reporter.report()
+    assert device_times(publisher) == [at(0)], "nothing changed within 30 s"
+    clock.advance(10)
+    await reporter.report()
+    assert publisher.leaves() == ["node", "device", "device"], "the Node waits for its heartbeat"
+    assert device_times(publisher) == [at(0), at(30)]
+    first, again = (obj for leaf, obj in publisher.sent if leaf == "device")
+    assert isinstance(first, Device)
+    assert isinstance(again, Device)
+    assert again.spec == first.spec
+
+
+async def test_a_device_change_is_published_at_once_and_restarts_the_30_seconds() -> None:
+    probe, publisher, clock = Scripted(h100("n1")), RecordingPublisher(), Clock(T0)
+    reporter = make_reporter(probe, publisher, clock)
+    await reporter.report()
+    clock.advance(5)
+    sick = tuple(msgspec.structs.replace(d, health=d.minor != 3) for d in probe.result.devices)
+    probe.result = dataclasses.replace(probe.result, devices=sick)
+    await reporter.report()
+    assert device_times(publisher) == [at(0), at(5)]
+    clock.advance(25)
+    await reporter.report()
+    assert device_times(publisher) == [at(0), at(5)], "30 s after the change, not the start"
+    clock.advance(5)
+    await reporter.report()
+    assert device_times(publisher) == [at(0), at(5), at(35)]
+
+
+async def test_the_device_cadence_holds_when_checks_are_rarer() -> None:
+    probe, publisher, clock = Scripted(h100("n1")), RecordingPublisher(), Clock(T0)
+    reporter = make_reporter(probe, publisher, clock, interval=3600.0, device_interval=0.01)
+    task = asyncio.create_task(reporter.run())
+    try:
+        async with asyncio.timeout(10):
+            await publisher.changed.wait()
+            publisher.changed.clear()
+            clock.advance(1)
+            await publisher.changed.wait()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert device_times(publisher)[:2] == [at(0), at(1)]
+
+
+async def test_failed_probe_runs_are_counted_and_the_last_readings_kept() -> None:
+    registry = CollectorRegistry()
+    probe, publisher = Scripted(h100("n1")), RecordingPublisher()
+    with device_metrics.exported(registry, "n1") as exported:
+        reporter = daemon.Reporter(
+            node="n1",
+            publisher=publisher,
+            probes=[probe],
+            facts=lambda: FACTS,
+            cgroup=None,
+            interval=10.0,
+            heartbeat=60.0,
+            probe_timeout=5.0,
+            observe=exported.observe,
+            clock=Clock(T0),
+        )
+        exported.results = lambda: reporter.last_results
+        await reporter.report()
+        probe.error = TransientError("driver busy")
+        with pytest.raises(TransientError):
+            await reporter.report()
+        on_probe = {"node": "n1", "probe": "scripted"}
+        runs = "koordpy_device_probe_duration_seconds_count"
+        assert registry.get_sample_value(runs, on_probe) == 2
+        errors = "koordpy_device_probe_errors_total"
+        assert registry.get_sample_value(errors, {**on_probe, "kind": "transient"}) == 1
+        (first, *_) = probe.result.readings
+        healthy = registry.get_sample_value(
+            "koordpy_device_healthy",
+            {
+                "node": "n1",
+                "vendor": "nvidia",
+                "model": "H100-80GB-HBM3",
+                "minor": "0",
+                "uuid": first.uuid,
+            },
+        )
+        assert healthy == 1.0, "the last good readings stay while the probe fails"
+
+
+def healthy_devices(registry: CollectorRegistry, node: str) -> int:
+    text = generate_latest(registry).decode()
+    return sum(
+        1
+        for family in text_string_to_metric_families(text)
+        if family.name == "koordpy_device_healthy"
+        for sample in family.samples
+        if sample.labels["node"] == node and sample.value == 1.0
+    )
+
+
+async def test_the_agent_exports_its_device_metrics_while_it_runs() -> None:
+    registry, bus, stop, ready = CollectorRegistry(), Bus(), asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(
+        daemon.run(
+            AgentConfig(),
+            bus=bus,
+            stop=stop,
+            node="sim-910b",
+            probes=[simulated.probe_for("sim-910b", "ascend-910b3")],
+            facts=lambda: FACTS,
+            detect_cgroups=False,
+            registry=registry,
+            ready=ready,
+        )
+    )
+    async with asyncio.timeout(10):
+        await ready.wait()
+    assert healthy_devices(registry, "sim-910b") == 8
+    runs = registry.get_sample_value(
+        "koordpy_device_probe_duration_seconds_count", {"node": "sim-910b", "probe": "simulated"}
+    )
+    assert runs is not None
+    assert runs >= 1
+    stop.set()
+    async with asyncio.timeout(10):
+        await task
+    assert healthy_devices(registry, "sim-910b") == 0
+    assert (
+        registry.get_sample_value(
+            "koordpy_device_probe_duration_seconds_count",
+            {"node": "sim-910b", "probe": "simulated"},
+        )
+        is None
+    ), "the collector leaves with the agent"
+
+
 # --- koordpy agent ------------------------------------------------------------------------
 
 
@@ -351,3 +509,19 @@ def test_agent_devices_json_is_the_wire_form(
     raw = json.loads(capsys.readouterr().out)
     assert raw["apiVersion"] == "scheduling.koordinator.sh/v1alpha1"
     assert raw["spec"]["devices"][0]["resources"]["koordinator.sh/gpu-memory"] == "81559Mi"
+
+
+def test_agent_devices_on_a_host_without_accelerators_is_a_valid_empty_device(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shared_dir: Path
+) -> None:
+    host = FakeHost(tmp_path)  # no PCI devices under the host root: no hardware probe applies
+    config = write_config(tmp_path, host)
+    assert (
+        cli.main(["agent", "devices", "--config", str(config), "--node-name", "bare", "-o", "json"])
+        == 0
+    )
+    raw = json.loads(capsys.readouterr().out)
+    assert schema_errors(validator(shared_dir, "scheduling.koordinator.sh/Device"), raw) == []
+    assert raw["metadata"]["name"] == "bare"
+    assert raw["metadata"]["ownerReferences"][0]["name"] == "bare"
+    assert raw["spec"].get("devices", []) == []
