@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from controller.ingest import Ingest
 from controller.store import Store
 from koordpy.bus import Bus
 from tests.fakes.publisher import RecordingPublisher
+from tests.fakes.tls import self_signed
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TOKEN = "s3cret-token"
@@ -261,36 +260,7 @@ async def test_an_unreachable_api_server_fails_the_eviction() -> None:
 
 @pytest.fixture
 def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (made with the openssl command)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip(reason="the openssl command is needed to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+    return self_signed(tmp_path)
 
 
 @pytest.mark.parametrize(

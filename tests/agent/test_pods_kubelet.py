@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 import ssl
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,6 +17,7 @@ import pytest
 from agent.errors import ConfigError, TransientError
 from agent.pods import kubelet
 from agent.pods.base import PodSource
+from tests.fakes.tls import self_signed
 
 TOKEN = "s3cr3t-token"
 
@@ -122,32 +121,7 @@ def http_kubelet() -> Iterator[FakeKubelet]:
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (cert, key)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip(reason="openssl is not installed: cannot make a certificate for the TLS cases")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            openssl,
-            *[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=127.0.0.1",
-            ],
-            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
 import stat
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from controller.api.client import (
 )
 from controller.api.server import ApiServer, ListenError
 from controller.store import Store
+from tests.fakes.tls import self_signed
 
 PODS = default_registry().resolve("pods")
 NODES = default_registry().resolve("nodes")
@@ -444,33 +443,7 @@ async def test_tcp_bearer_token(store: Store) -> None:
 
 @pytest.fixture
 def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for localhost, and its key."""
-    if shutil.which("openssl") is None:
-        pytest.skip(reason="openssl is needed to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+    return self_signed(tmp_path)
 
 
 async def test_tcp_with_tls(store: Store, certificate: tuple[Path, Path]) -> None:
