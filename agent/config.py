@@ -39,6 +39,7 @@ import msgspec
 from agent import errors
 from agent.qos.settings import DEFAULT_GATES, ColocationSettings
 from koordpy import configfile
+from koordpy.mqtt import MqttSettings
 
 __all__ = [
     "DEFAULT_PATH",
@@ -100,9 +101,36 @@ class CgroupSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     kubepods_parent: str = "kubepods"
 
 
+MemoryPolicy = Literal["usageWithoutPageCache", "usageWithHotPageCache", "usageWithPageCache"]
+
+
 class MetricsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Collection, NodeMetric and the Prometheus endpoint (koordlet's metrics advisor)."""
+
     #: Prometheus listen address ``[host]:port``; ``off`` disables. Default ``:9316``.
     address: str = ":9316"
+    #: Seconds between samples of node, pod and container usage (koordlet's
+    #: ``-collect-res-used-interval``). Default 1.
+    collect_interval: Seconds = 1.0
+    #: Seconds between NodeMetric reports (``reportIntervalSeconds``; Koordinator's minimum
+    #: is 30). Default 60.
+    report_interval: Seconds = 60.0
+    #: Window of the averaged usages in NodeMetric (``aggregateDurationSeconds``; Koordinator's
+    #: minimum is 60). Default 300.
+    aggregate_duration: Seconds = 300.0
+    #: Windows of the node's avg/p50/p90/p95/p99 usages (``nodeAggregatePolicy.durations``),
+    #: seconds. Default 5m, 10m, 30m.
+    aggregate_durations: tuple[Seconds, ...] = (300.0, 600.0, 1800.0)
+    #: Which node and pod memory NodeMetric reports (``nodeMemoryCollectPolicy``). Default
+    #: ``usageWithoutPageCache``.
+    memory_policy: MemoryPolicy = "usageWithoutPageCache"
+    #: Read pressure (PSI) of the node and of pods and containers (koordlet's PSICollector
+    #: gate, off there by default). Default on.
+    psi: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.aggregate_durations:
+            raise ValueError("aggregate_durations must name at least one window")
 
 
 class ReportSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -119,6 +147,8 @@ class ReportSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     #: Seconds after which an unchanged Device is published again with a new report time
     #: (a change is published at once). Default 30.
     device_interval: Seconds = 30.0
+    #: The broker of ``transport = "mqtt"`` (host, port, TLS files, user, password file).
+    mqtt: MqttSettings = msgspec.field(default_factory=MqttSettings)
 
 
 class DevicesSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

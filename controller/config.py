@@ -22,12 +22,13 @@ Every key is optional; an unknown key is an error naming it (exit status 2). Exa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
 from controller.errors import ConfigError
 from koordpy import configfile
+from koordpy.mqtt import MqttSettings
 
 __all__ = [
     "DEFAULT_PATH",
@@ -35,6 +36,7 @@ __all__ = [
     "ApiSection",
     "ControllerConfig",
     "ControllerSection",
+    "IngestSection",
     "MetricsSection",
     "StoreSection",
     "load",
@@ -79,11 +81,29 @@ class MetricsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     address: str = ":9317"
 
 
+class IngestSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the agents' reports arrive through, and when a silent node counts as lost."""
+
+    #: ``mqtt``: subscribe to the broker of ``[mqtt]`` (a fleet); ``none``: no agents report
+    #: (``koordpy up`` joins its agents through the in-process bus whatever this says).
+    #: Default ``none``.
+    transport: Literal["mqtt", "none"] = "none"
+    #: Seconds without any report after which a node gets ``Ready=False`` and the
+    #: ``node.kubernetes.io/unreachable:NoSchedule`` taint (3 x the agent's 60 s heartbeat).
+    #: Default 180.
+    node_lost_after: Annotated[float, msgspec.Meta(gt=0)] = 180.0
+    #: Largest report accepted, bytes; a larger one is dropped and counted. Default 1 MiB.
+    max_payload: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
+
+
 class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     controller: ControllerSection = msgspec.field(default_factory=ControllerSection)
     api: ApiSection = msgspec.field(default_factory=ApiSection)
     store: StoreSection = msgspec.field(default_factory=StoreSection)
     metrics: MetricsSection = msgspec.field(default_factory=MetricsSection)
+    ingest: IngestSection = msgspec.field(default_factory=IngestSection)
+    #: The broker of ``[ingest] transport = "mqtt"``.
+    mqtt: MqttSettings = msgspec.field(default_factory=MqttSettings)
 
     def api_token(self) -> str:
         """The bearer token: ``token``, else the first line of ``token_file``."""

@@ -37,8 +37,11 @@ from typing import Final, Literal
 import msgspec
 
 __all__ = [
+    "AGENT_LEAVES",
+    "CONTROLLER_LEAVES",
     "LEAVES",
     "REPORTED_AT_ANNOTATION",
+    "RETAINED_LEAVES",
     "ROOT",
     "AgentStatus",
     "Bus",
@@ -60,6 +63,11 @@ ROOT: Final = "koordpy/v1"
 LEAVES: Final = ("node", "device", "nodemetric", "status", "events", "evictions", "pods", "nodeslo")
 
 Leaf = Literal["node", "device", "nodemetric", "status", "events", "evictions", "pods", "nodeslo"]
+#: Leaves whose messages are published retained (a node's state); the rest are events.
+RETAINED_LEAVES: Final = frozenset({"node", "device", "nodemetric", "status", "pods", "nodeslo"})
+#: Leaves only agents publish (uplink) and only the controller publishes (downlink).
+AGENT_LEAVES: Final = ("node", "device", "nodemetric", "status", "events", "evictions")
+CONTROLLER_LEAVES: Final = ("pods", "nodeslo")
 
 #: Annotation an agent stamps on retained bodies without a heartbeat of their own (Device):
 #: when it last reported them (on a change, and again every 30 s while unchanged; RFC 3339).
