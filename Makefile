@@ -34,11 +34,14 @@ $(VENV)/.installed-test: $(VENV)/bin/python pyproject.toml hatch_build.py contro
 	$(PIP) install --quiet -e '.[test,lint]'
 	@touch $@ $(VENV)/.installed
 
-# Debian packages the tests run for real (a broker and a Prometheus server).
+# Debian packages the tests and benchmarks run for real (a broker, a Prometheus server, the
+# node exporter the agent's overhead is compared with, openssl for test certificates).
 system-deps:
 	@missing=""; \
 	command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing="$$missing mosquitto"; \
 	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v prometheus-node-exporter >/dev/null 2>&1 || missing="$$missing prometheus-node-exporter"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
@@ -55,9 +58,11 @@ pytest: install-test
 
 test: system-deps lint pytest
 
-bench: install
+bench: install system-deps
 	$(PY) -m bench.store
 	$(PY) -m bench.agent_qos
+	$(PY) -m bench.agent_overhead
+	$(PY) -m bench.ingest
 
 proto: install-test
 	$(PY) -m controller.api.protogen

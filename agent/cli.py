@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from datetime import UTC, datetime
@@ -20,10 +21,12 @@ from agent.node import build_node, node_name, read_host_facts
 from agent.pods.kubelet import KubeletPodSource
 from agent.pods.static import read_pods_file
 from agent.qos import service
+from agent.report.bus import status_body
 from apis.codec import dump_yaml, to_builtins
 from apis.core import Pod
 from apis.scheduling import Device
-from koordpy import configfile, lifecycle, logs
+from koordpy import configfile, lifecycle, logs, mqtt
+from koordpy.bus import Bus, BusError, node_topic
 from koordpy.exposition import MetricsAddressError, serve_metrics
 
 __all__ = ["main"]
@@ -31,14 +34,9 @@ __all__ = ["main"]
 PROG = "koordpy agent"
 EXIT_FAILURE = 1
 
-MQTT_LATER = (
-    f"{PROG} run: [report] transport = 'mqtt' needs the MQTT transport, which comes in a later"
-    " release; use transport = 'none' for a node on its own (QoS only), or run this host's"
-    " agent embedded with `koordpy up`"
-)
 BUS_EMBEDDED = (
-    f"{PROG} run: [report] transport = 'bus' exists only inside `koordpy up`; use 'none' for a"
-    " node on its own"
+    f"{PROG} run: [report] transport = 'bus' exists only inside `koordpy up`; use 'mqtt' to"
+    " report to a controller through a broker, or 'none' for a node on its own"
 )
 
 
@@ -72,26 +70,49 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
 
 
 def _run(cfg: agent_config.AgentConfig, node: str) -> int:
-    """The daemon on a node of its own: QoS over this host's cgroups, metrics, no reports."""
-    if cfg.report.transport == "mqtt":
-        print(MQTT_LATER, file=sys.stderr)
-        return configfile.EXIT_CONFIG
+    """The daemon on this host: QoS over its cgroups, metrics, and reports to the controller
+    through the MQTT broker (``[report] transport = "mqtt"``) or nowhere (``"none"``)."""
     if cfg.report.transport == "bus":
         print(BUS_EMBEDDED, file=sys.stderr)
         return configfile.EXIT_CONFIG
+    if cfg.report.transport == "mqtt":
+        try:
+            node_topic(node, "status")
+        except BusError as err:
+            return configfile.exit_on_error(ConfigError(str(err)), prog=PROG)
+        try:
+            mqtt.check_files(cfg.report.mqtt)
+        except mqtt.MqttFileError as err:
+            return configfile.exit_on_error(ConfigError(f"[report.mqtt] {err}"), prog=PROG)
     registry = CollectorRegistry()
+    lifecycle.raise_open_files_limit()
 
     async def serve() -> None:
         with lifecycle.stop_event() as stop, serve_metrics(cfg.metrics.address, registry):
-            await daemon.run(
-                cfg,
-                bus=None,
-                stop=stop,
-                node=node,
-                qos=True,
-                registry=registry,
-                restarts_metric=lifecycle.restarts_counter(registry),
-            )
+            async with contextlib.AsyncExitStack() as stack:
+                bus: Bus | None = None
+                if cfg.report.transport == "mqtt":
+                    # The bridge is entered first so that it leaves last: the publisher's final
+                    # "offline" on the local bus still reaches the broker.
+                    bus = Bus()
+                    await stack.enter_async_context(
+                        mqtt.agent_bridge(
+                            bus,
+                            cfg.report.mqtt,
+                            node,
+                            will_payload=status_body("offline"),
+                            registry=registry,
+                        )
+                    )
+                await daemon.run(
+                    cfg,
+                    bus=bus,
+                    stop=stop,
+                    node=node,
+                    qos=True,
+                    registry=registry,
+                    restarts_metric=lifecycle.restarts_counter(registry),
+                )
 
     try:
         asyncio.run(serve())

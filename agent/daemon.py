@@ -1,17 +1,26 @@
-"""The agent's lifecycle: detect, probe, report, until told to stop.
+"""The agent's lifecycle: detect, probe, collect, report, until told to stop.
 
 :func:`run` proceeds in order:
 
 1. resolve the node name; detect the cgroup version and driver (absent cgroups degrade: the
-   Node carries no cgroup labels);
+   Node carries no cgroup labels, and metrics cover the node and its devices only);
 2. probe devices once; a probe error other than ``Unsupported`` fails the start;
 3. connect the transport (announces ``online``) and publish the first Node and Device; then
    ``ready`` is set;
-4. run the supervised components (the :class:`Reporter`) until ``stop`` is set;
-   with a metrics ``registry`` the node's device readings and probe statistics are exported
-   on it (:mod:`agent.devices.metrics`) for as long as the agent runs;
+4. run the supervised components until ``stop`` is set: the :class:`Reporter` (Node and
+   Device), the metrics collector (:mod:`agent.metrics.collector`, one tick every
+   ``[metrics] collect_interval``), the :class:`NodeMetricReporter` (NodeMetric every
+   ``[metrics] report_interval``, the first as soon as a tick measured the node's CPU), and,
+   with cgroups, the pod source and the NodeSLO follower; with ``qos``, the QoS loop, which
+   reads the collector's ticks instead of sampling on its own;
 5. on the way out the transport announces ``offline`` and closes cleanly (or, after a fatal
    error, disconnects so its will says ``offline``).
+
+With a metrics ``registry`` the agent exports on it, for as long as it runs: the node's,
+pods' and containers' usage in koordlet's names (:mod:`agent.metrics.exporter`), the device
+readings and probe statistics (:mod:`agent.devices.metrics`), the QoS gauges, and its own
+health (:mod:`agent.metrics.health`: reports sent or failed, failed cgroup writes, collection
+time, component restarts).
 
 Several agents may run in one process (``koordpy up --demo``), one per node, on one bus.
 """
@@ -21,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -29,10 +39,12 @@ import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from agent.cgroups import detect
+from agent.cgroups.cpuset import CpuSet
 from agent.config import AgentConfig
 from agent.devices import metrics as device_metrics
 from agent.devices.base import (
     DeviceProbe,
+    DeviceReading,
     ProbeObserver,
     ProbeResult,
     build_device,
@@ -40,19 +52,28 @@ from agent.devices.base import (
     probes_for,
 )
 from agent.errors import Unsupported
+from agent.metrics import exporter, health
+from agent.metrics.collector import Collector, SharePools, build_collector, build_sampler
+from agent.metrics.usage import UsageSampler
 from agent.node import HostFacts, build_node, node_name, read_host_facts
+from agent.pods.base import PodSource
 from agent.qos import service
+from agent.qos.cpuset_pool import bound_cpus, kubelet_pinned_cpus, node_excluded_cpus
+from agent.qos.framework import CpuInfo
 from agent.qos.loop import QoSLoop
 from agent.report.bus import BusPublisher
 from agent.report.transport import NullPublisher, Publisher
-from apis.core import Node
+from agent.states import PodStateCache, cpu_topology, pod_states
+from apis.core import Node, Pod
 from apis.meta import ObjectMeta
+from apis.qos import QoSClass
 from apis.resources import ResourceList
 from apis.scheduling import Device
+from apis.slo import NodeMetric
 from koordpy import lifecycle
 from koordpy.bus import REPORTED_AT_ANNOTATION, Bus
 
-__all__ = ["DEVICE_INTERVAL", "Reporter", "device_of", "run"]
+__all__ = ["DEVICE_INTERVAL", "NodeMetricReporter", "Reporter", "device_of", "run"]
 
 _log = logging.getLogger(__name__)
 
@@ -210,6 +231,121 @@ class Reporter:
         self._device = device
 
 
+class NodeMetricReporter:
+    """Publishes the node's NodeMetric every ``interval`` seconds.
+
+    The first is published once ``measured`` is set (a collector tick measured the node's
+    CPU: CPU is a difference, so the second tick), then one every ``interval``. :attr:`last`
+    is the last one published (the exporter's ``koordlet_node_metric_*`` series). A publish
+    that fails fails the component, which its supervisor restarts: the next attempt comes
+    after its backoff.
+    """
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        publisher: Publisher,
+        build: Callable[[], NodeMetric | None],
+        measured: asyncio.Event,
+        interval: float,
+    ) -> None:
+        self.name = f"nodemetric/{node}"
+        self.last: NodeMetric | None = None
+        self._publisher = publisher
+        self._build = build
+        self._measured = measured
+        self._interval = interval
+
+    async def report(self) -> bool:
+        """Build and publish one NodeMetric now; ``False`` when there is none yet."""
+        metric = self._build()
+        if metric is None:
+            return False
+        await self._publisher.report("nodemetric", metric)
+        self.last = metric
+        return True
+
+    async def run(self) -> None:
+        await self._measured.wait()
+        ticker = lifecycle.Ticker(self._interval)
+        while True:
+            await ticker.wait()
+            await self.report()
+
+
+class _Collecting:
+    """Drives the collector's ticks and times each one (the agent's health); sets
+    ``measured`` once a tick measured the node's CPU."""
+
+    def __init__(self, node: str, collector: Collector, health: health.NodeHealth) -> None:
+        self.name = f"metrics/{node}"
+        self.measured = asyncio.Event()
+        self._collector = collector
+        self._health = health
+
+    async def run(self) -> None:
+        ticker = lifecycle.Ticker(self._collector.interval)
+        while True:
+            await ticker.wait()  # the first tick at once, then one every interval
+            snapshot = self._collector.collect()
+            self._health.collected(snapshot)
+            if snapshot.node_cpu is not None:
+                self.measured.set()
+
+
+class _SharePoolsOf:
+    """The CPUs of the LS and BE share pools as the cpuset pool strategy draws them: every
+    CPU less the kubelet's pinned and the node's excluded CPUs, less the CPUs bound to pods
+    (LS pool) or to LSE pods (BE pool). Recomputed when the pods or the Node change."""
+
+    def __init__(
+        self,
+        cgroup: detect.CgroupInfo,
+        cpus: Sequence[CpuInfo],
+        pods: Callable[[], Sequence[Pod]],
+        node: Callable[[], Node | None],
+    ) -> None:
+        self._cgroup = cgroup
+        self._all = CpuSet(c.cpu for c in cpus)
+        self._pods = pods
+        self._node = node
+        self._states = PodStateCache()
+        self._seen: tuple[object, object] = (None, None)
+        self._pools = SharePools()
+
+    def __call__(self) -> SharePools:
+        pods, node = self._pods(), self._node()
+        if node is None or not self._all:
+            return SharePools()
+        if self._seen[0] is not pods or self._seen[1] is not node:
+            states = pod_states(pods, self._cgroup, cache=self._states)
+            base = self._all - kubelet_pinned_cpus(node) - node_excluded_cpus(node)
+            self._pools = SharePools(
+                ls=tuple(base - bound_cpus(states)),
+                be=tuple(base - bound_cpus(states, QoSClass.LSE)),
+            )
+            self._seen = (pods, node)
+        return self._pools
+
+
+def _no_pods() -> Sequence[Pod]:
+    return ()
+
+
+def _no_pools() -> SharePools:
+    return SharePools()
+
+
+def _readings(reporter: Reporter) -> Callable[[], tuple[DeviceReading, ...]]:
+    """The latest probe run's device readings."""
+
+    def readings() -> tuple[DeviceReading, ...]:
+        return tuple(r for result in reporter.last_results for r in result.readings)
+
+    return readings
+
+
 def _detect_cgroups(cfg: AgentConfig) -> detect.CgroupInfo | None:
     try:
         return detect.detect(cfg.host, cfg.cgroup)
@@ -239,9 +375,10 @@ async def run(
     the probes the config asks for (:func:`agent.devices.base.probes_for`); ``facts`` to this
     host's (:func:`agent.node.read_host_facts`). ``ready`` is set once the first Node and
     Device are published. ``bus`` None: nothing is reported (``[report] transport = "none"``).
-    ``qos``: also run the QoS loop over this host's cgroups (needs them detected). With a
-    ``registry``, the node's device metrics (and the QoS gauges) are exported on it until
-    the agent stops.
+    ``detect_cgroups`` False (a simulated node): metrics and NodeMetric cover the node and
+    its devices, no pods. ``qos``: also run the QoS loop over this host's cgroups (needs them
+    detected). With a ``registry``, the metrics of the module docstring are exported on it
+    until the agent stops.
     """
     name = node_name(node, cfg)
     cgroup = _detect_cgroups(cfg) if detect_cgroups else None
@@ -249,6 +386,7 @@ async def run(
     host = cfg.host
     read_facts = facts if facts is not None else (lambda: read_host_facts(host))
     counter = restarts_metric if restarts_metric is not None else lifecycle.restarts_counter()
+    node_health = health.health_of(registry).node(name)
     async with contextlib.AsyncExitStack() as stack:
         exported = (
             stack.enter_context(device_metrics.exported(registry, name))
@@ -264,11 +402,12 @@ async def run(
             len(chosen),
             extra={"node": name},
         )
-        publisher: Publisher
+        transport: Publisher
         if bus is None:
-            publisher = await stack.enter_async_context(NullPublisher(name))
+            transport = await stack.enter_async_context(NullPublisher(name))
         else:
-            publisher = await stack.enter_async_context(BusPublisher(bus, name, clock=clock))
+            transport = await stack.enter_async_context(BusPublisher(bus, name, clock=clock))
+        publisher = health.CountingPublisher(transport, node_health)
         reporter = Reporter(
             node=name,
             publisher=publisher,
@@ -290,15 +429,61 @@ async def run(
         await reporter.report(results)
         if ready is not None:
             ready.set()
-        if qos:
-            if cgroup is None:
-                _log.warning("node %s: no cgroups detected, QoS is off", name)
-            else:
-                loop, inputs = _qos_components(cfg, name, cgroup, bus, publisher, reporter)
-                components.extend([*inputs, loop])
-                if registry is not None and loop.gauges is not None:
-                    registry.register(loop.gauges)
-                    stack.callback(registry.unregister, loop.gauges)
+
+        if qos and cgroup is None:
+            _log.warning("node %s: no cgroups detected, QoS is off", name)
+        run_qos = qos and cgroup is not None
+        pods = _pod_source(cfg, name, bus, cgroup, required=run_qos)
+        pod_list: Callable[[], Sequence[Pod]] = (
+            (lambda: pods.pods) if pods is not None else _no_pods
+        )
+        follower = _nodeslo_follower(cfg, name, bus) if cgroup is not None else None
+        sampler = build_sampler(cfg, cgroup)
+        pools: Callable[[], SharePools] = _no_pools
+        if run_qos and cgroup is not None and service.base_settings(cfg).gate("CPUSetAllocator"):
+            pools = _SharePoolsOf(
+                cgroup, cpu_topology(cfg.host), pod_list, lambda: reporter.last_node
+            )
+        collector = build_collector(
+            cfg,
+            node=name,
+            cgroup=cgroup,
+            pods=pod_list,
+            nodeslo=follower.current if follower is not None else (lambda: None),
+            devices=_readings(reporter),
+            pools=pools,
+            sampler=sampler,
+            wall=clock,
+            detail_interval=cfg.metrics.detail_interval,
+        )
+        collecting = _Collecting(name, collector, node_health)
+        nodemetrics = NodeMetricReporter(
+            node=name,
+            publisher=publisher,
+            build=collector.nodemetric,
+            measured=collecting.measured,
+            interval=cfg.metrics.report_interval,
+        )
+        components.extend([collecting, nodemetrics])
+        components.extend(c for c in (pods, follower) if c is not None)
+        if run_qos and cgroup is not None and pods is not None and follower is not None:
+            loop = _qos_loop(cfg, name, cgroup, bus, publisher, reporter, pods, follower, sampler)
+            loop.writer = health.CountingWriter.replacing(loop.writer, node_health)
+            components.append(loop)
+            if registry is not None and loop.gauges is not None:
+                registry.register(loop.gauges)
+                stack.callback(registry.unregister, loop.gauges)
+        if registry is not None:
+            stack.enter_context(
+                exporter.exported(
+                    registry,
+                    name,
+                    latest=lambda: collector.latest,
+                    pods=pod_list,
+                    nodemetric=lambda: nodemetrics.last,
+                    start_time=time.time(),
+                )
+            )
         await lifecycle.run_components(components, stop, restarts_metric=counter)
 
 
@@ -320,18 +505,41 @@ def _attach(
         stack.push_async_callback(close)
 
 
-def _qos_components(
+def _pod_source(
+    cfg: AgentConfig,
+    name: str,
+    bus: Bus | None,
+    cgroup: detect.CgroupInfo | None,
+    *,
+    required: bool,
+) -> PodSource | None:
+    """The configured pod source (QoS and metrics share it); none without cgroups (nothing
+    to measure pods by), nor for ``bindings`` without a bus unless QoS needs it (an error)."""
+    if cgroup is None:
+        return None
+    if cfg.pods.source == "bindings" and bus is None and not required:
+        return None
+    return service.pod_source(cfg, node=name, bus=bus)
+
+
+def _nodeslo_follower(cfg: AgentConfig, name: str, bus: Bus | None) -> service.NodeSLOFollower:
+    fallback = service.read_nodeslo_file(cfg.qos.nodeslo_file) if cfg.qos.nodeslo_file else None
+    return service.NodeSLOFollower(bus, name, fallback=fallback)
+
+
+def _qos_loop(
     cfg: AgentConfig,
     name: str,
     cgroup: detect.CgroupInfo,
     bus: Bus | None,
     publisher: Publisher,
     reporter: Reporter,
-) -> tuple[QoSLoop, list[lifecycle.Component]]:
-    """The QoS loop and what feeds it (pod source, NodeSLO follower)."""
-    pods = service.pod_source(cfg, node=name, bus=bus)
-    fallback = service.read_nodeslo_file(cfg.qos.nodeslo_file) if cfg.qos.nodeslo_file else None
-    follower = service.NodeSLOFollower(bus, name, fallback=fallback)
+    pods: PodSource,
+    follower: service.NodeSLOFollower,
+    sampler: UsageSampler,
+) -> QoSLoop:
+    """The QoS loop over the pods and NodeSLO the metrics also use, reading the collector's
+    ticks (``sampler``)."""
 
     def node_object() -> Node:
         return reporter.last_node or Node(metadata=ObjectMeta(name=name))
@@ -345,7 +553,8 @@ def _qos_components(
         nodeslo=follower.current,
         evictor=service.evictor_for(cfg, node=name, bus=bus, events=publisher),
         on_node_resources=reporter.set_extended_resources,
+        sampler=sampler,
     )
     loop.synced = pods.synced
     loop.sync_timeout = cfg.pods.sync_timeout
-    return loop, [pods, follower]
+    return loop

@@ -1,7 +1,12 @@
-"""Assembling the controller: store, API, metrics, control loops and (embedded) ingest.
+"""Assembling the controller: store, API, metrics, control loops, and the agents' side.
 
 Both ``koordpy controller run`` and the all-in-one ``koordpy up`` build the controller here and
-differ only in what runs beside it.
+differ only in what runs beside it. Agents reach the controller through a bus: ``koordpy up``
+passes its in-process one; ``koordpy controller run`` with ``[ingest] transport = "mqtt"`` makes
+a local bus and bridges it to the broker of ``[mqtt]`` (every agent leaf of every node in, each
+node's ``pods`` and ``nodeslo`` out). Over either, the ingest writes the agents' reports into
+the store, the node feed publishes each node's pods and NodeSLO, and liveness marks nodes that
+went offline or silent.
 """
 
 from __future__ import annotations
@@ -11,24 +16,30 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from controller.api.server import ApiServer
 from controller.config import ControllerConfig
 from controller.ingest import Ingest
+from controller.liveness import Liveness
 from controller.loops import LoopRunner, build_loops
 from controller.nodefeed import NodeFeed
 from controller.store import Store
 from koordpy import lifecycle
 from koordpy.bus import Bus
 from koordpy.exposition import MetricsEndpoint, serve_metrics
+from koordpy.mqtt import controller_bridge
 
-__all__ = ["STORE_FILE", "Controller", "open_controller"]
+__all__ = ["FLEET_QUEUE", "STORE_FILE", "Controller", "open_controller"]
 
 log = logging.getLogger(__name__)
 
 #: The SQLite file inside the state directory.
 STORE_FILE = "store.db"
+#: Messages the local bus of a fleet controller queues per subscriber: a broker's retained
+#: replay of 5,000 nodes (four retained leaves each) with room to spare.
+FLEET_QUEUE = 50_000
 
 
 @dataclass(slots=True)
@@ -79,8 +90,18 @@ async def open_controller(
     await stack.enter_async_context(api)
     metrics = stack.enter_context(serve_metrics(metrics_address or cfg.metrics.address, registry))
     components: list[lifecycle.Component] = [LoopRunner(store, build_loops())]
+    if bus is None and cfg.ingest.transport == "mqtt":
+        bus = await _bridge(stack, cfg, registry)
     if bus is not None:
-        components[:0] = [Ingest(bus, store, registry=registry), NodeFeed(bus, store)]
+        liveness = Liveness(store, lost_after=cfg.ingest.node_lost_after)
+        ingest = Ingest(
+            bus,
+            store,
+            registry=registry,
+            liveness=liveness,
+            max_payload=cfg.ingest.max_payload,
+        )
+        components[:0] = [ingest, NodeFeed(bus, store), liveness]
     return Controller(
         store=store,
         api=api,
@@ -89,3 +110,20 @@ async def open_controller(
         restarts=restarts,
         components=components,
     )
+
+
+async def _bridge(
+    stack: contextlib.AsyncExitStack, cfg: ControllerConfig, registry: CollectorRegistry
+) -> Bus:
+    """A local bus bridged to the fleet's broker (connecting in the background).
+
+    The bridge takes bodies up to ``[ingest] max_payload`` too, so that the ingest is where a
+    larger one is dropped and counted, by leaf.
+    """
+    bus = Bus(queue_size=FLEET_QUEUE)
+    settings = cfg.mqtt
+    if settings.max_payload < cfg.ingest.max_payload:
+        settings = msgspec.structs.replace(settings, max_payload=cfg.ingest.max_payload)
+    await stack.enter_async_context(controller_bridge(bus, settings, registry=registry))
+    log.info("ingest over MQTT: broker %s:%d", settings.host, settings.port)
+    return bus

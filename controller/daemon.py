@@ -11,7 +11,7 @@ from pathlib import Path
 from controller import app
 from controller.config import DEFAULT_STATE_DIR, ControllerConfig, load
 from controller.errors import ConfigError, ControllerError
-from koordpy import configfile, lifecycle, logs
+from koordpy import configfile, lifecycle, logs, mqtt
 from koordpy.exposition import MetricsAddressError
 
 __all__ = ["main", "run"]
@@ -47,11 +47,21 @@ async def run(
 
 
 def main(args: argparse.Namespace) -> int:
-    """CLI: ``koordpy controller run [--config F] [--state-dir D] [--api A]``."""
+    """CLI: ``koordpy controller run [--config F] [--state-dir D] [--api A]``.
+
+    With ``[ingest] transport = "mqtt"`` every file ``[mqtt]`` names (password, CA, client
+    certificate and key) is read first: one that cannot be used exits 2 naming it. A broker
+    that is down or refuses us is not an error: the controller serves and keeps retrying.
+    """
     try:
         cfg = load(args.config)
     except ConfigError as err:
         return configfile.exit_on_error(configfile.ConfigError(str(err)))
+    if cfg.ingest.transport == "mqtt":
+        try:
+            mqtt.check_files(cfg.mqtt)
+        except mqtt.MqttFileError as err:
+            return configfile.exit_on_error(configfile.ConfigError(f"[mqtt] {err}"))
     logs.setup_logging(cfg.controller.log_level)
     state_dir = Path(args.state_dir or cfg.controller.state_dir or DEFAULT_STATE_DIR)
 

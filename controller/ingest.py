@@ -13,22 +13,49 @@ Subscribes to ``koordpy/v1/nodes/+/+`` and, per topic leaf:
   ``deletionTimestamp``) and a Warning Event ``Evicted`` is recorded on it, naming the agent's
   feature and node. A request for a pod that is gone, has another uid, or runs on another node
   is dropped with a log line;
-* ``status`` ``offline`` -> the Node's Ready condition becomes ``Unknown``
-  (``NodeStatusUnknown``, "agent went offline"), as Kubernetes marks a silent node.
+* ``status`` ``offline`` -> the node is lost (:mod:`controller.liveness`): ``Ready=False``
+  (``NodeStatusUnknown``, "agent went offline") and the ``node.kubernetes.io/unreachable``
+  taint. A later ``online`` for a node lost that way restores the agent's last Node (the
+  retained one on the bus, or the next to arrive, even with the same heartbeat).
 
-A body named differently from the topic's node is refused. A body older than the stored one
-is dropped: Nodes by the Ready heartbeat, NodeMetrics by ``status.updateTime``, Devices by the
-``koordpy.io/reported-at`` annotation. Bad payloads are logged with their topic and dropped;
-nothing an agent sends stops the ingest.
+Every message is checked before anything is written, and counted in
+``koordpy_ingest_messages_total{leaf,result}`` with one of the :class:`Result` values:
+
+* ``oversized``: a payload larger than ``max_payload`` bytes (not even decoded);
+* ``foreign``: a topic outside the protocol, or a body naming another node than its topic;
+* ``invalid``: not JSON, unknown fields, a wrong kind, or a write the store refused;
+* ``stale``: older than what is stored: Nodes by the Ready heartbeat, NodeMetrics by
+  ``status.updateTime``, Devices by the ``koordpy.io/reported-at`` annotation, an ``offline``
+  by its ``since`` against the Node's heartbeat. A Node that is not newer than the stored one
+  never brings a lost node back, so a retained message a broker replays after a restart never
+  rolls a node back;
+* ``unchanged``: nothing to write (a body byte-identical to the last one taken from that topic
+  is recognised without decoding it again);
+* ``applied``, or ``ignored`` (an empty payload clearing a retained topic, the controller's own
+  ``pods``/``nodeslo``, an ``online`` status).
+
+Times without a UTC offset are read as UTC. Nothing invalid is ever applied, and nothing an
+agent sends stops the ingest.
+
+Cost. Messages that arrive together (within ``linger``, 20 ms) are written in one store
+transaction (one SQLite commit) through :meth:`controller.store.Store.submit`; each message's
+writes still succeed or fail alone. A Node or Device that differs from the last body of its
+topic only in its time stamp (a heartbeat, a ``reported-at``: most of what a fleet sends) is
+taken without being decoded again; what is stored is exactly what decoding it would store. An
+ingest that falls too far behind a burst resubscribes, and the bus replays every node's newest
+state (``koordpy_ingest_resyncs_total`` counts it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 from prometheus_client import CollectorRegistry, Counter
@@ -38,26 +65,40 @@ from apis.core import Event, Node, Pod
 from apis.errors import ApiError, UnknownKind
 from apis.eviction import EVICTIONS_LEAF, EvictionRequest
 from apis.kinds import Kind
-from apis.meta import Condition, Object
+from apis.meta import Object
 from apis.scheduling import Device
 from apis.slo import NodeMetric
 from controller.errors import AlreadyExists, NotFound, StoreError
 from controller.events import WARNING, EventRecorder
+from controller.liveness import (
+    AGENT_LABELS_ANNOTATION,
+    OFFLINE_MESSAGE,
+    Liveness,
+    clear_unreachable,
+    is_marked,
+    lost_because,
+    mark_unreachable,
+)
 from controller.store import Outcome, Store
 from koordpy.bus import (
     REPORTED_AT_ANNOTATION,
     AgentStatus,
     Bus,
+    BusError,
+    BusOverflow,
     Message,
+    Subscription,
+    node_topic,
     parse_node_topic,
 )
+from koordpy.mqtt import DEFAULT_MAX_PAYLOAD
 
 __all__ = [
     "AGENT_LABELS_ANNOTATION",
+    "MAX_BATCH",
     "SUBSCRIPTION",
     "Ingest",
     "Result",
-    "mark_offline",
     "merge_node",
 ]
 
@@ -67,15 +108,16 @@ _log = logging.getLogger(__name__)
 SUBSCRIPTION: Final = "koordpy/v1/nodes/+/+"
 #: Leaves the controller publishes to agents (ignored by the ingest).
 DOWNLINK: Final = ("pods", "nodeslo")
-#: Node annotation holding the label keys the agent set last (comma-separated, sorted).
-AGENT_LABELS_ANNOTATION: Final = "koordpy.io/agent-labels"
+#: Leaves holding a node's state: a body identical to the last one taken is not decoded again.
+_STATE_LEAVES: Final = frozenset({"node", "device", "nodemetric", "status"})
 #: Namespace of events that name none (Kubernetes puts node events in ``default``).
 EVENT_NAMESPACE: Final = "default"
-
-OFFLINE_REASON: Final = "NodeStatusUnknown"
-OFFLINE_MESSAGE: Final = "agent went offline"
 #: Component named on the Events of evictions an agent asked for.
 EVICTION_COMPONENT: Final = "koordlet"
+#: Most messages written in one store transaction.
+MAX_BATCH: Final = 1024
+#: Seconds the ingest waits after a message for more to write in the same transaction.
+LINGER: Final = 0.02
 
 _O = TypeVar("_O", bound=Object)
 
@@ -87,24 +129,54 @@ class Result(enum.StrEnum):
     UNCHANGED = "unchanged"
     STALE = "stale"
     INVALID = "invalid"
+    FOREIGN = "foreign"
+    OVERSIZED = "oversized"
     IGNORED = "ignored"
+
+
+#: Results after which a body counts as taken (a byte-identical copy is skipped).
+_TAKEN: Final = frozenset({Result.APPLIED, Result.UNCHANGED, Result.IGNORED})
+#: Leaves whose applied messages prove the agent is alive (a replay is never "applied");
+#: a valid event or eviction request does too, and a status never does.
+_LIVE_LEAVES: Final = frozenset({"node", "device", "nodemetric"})
+
+
+class _Foreign(Exception):  # noqa: N818 - a verdict, raised only inside this module
+    """A body that names another node than its topic."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """A message's store work (run in the next group commit) and how its value reads."""
+
+    op: Callable[[Store], Any]
+    done: Callable[[Any], Result]
+
+
+def _result(value: Any) -> Result:
+    return Result(value)
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _ready(node: Node) -> Condition | None:
-    return node.condition("Ready")
-
-
 def _heartbeat(node: Node) -> datetime | None:
-    ready = _ready(node)
+    ready = node.condition("Ready")
     return ready.last_heartbeat_time if ready is not None else None
 
 
+def _utc(when: datetime) -> datetime:
+    """``when``, a time without an offset read as UTC (so any two compare)."""
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 def _older(incoming: datetime | None, stored: datetime | None) -> bool:
-    return incoming is not None and stored is not None and incoming < stored
+    return incoming is not None and stored is not None and _utc(incoming) < _utc(stored)
+
+
+def _newer(incoming: datetime | None, stored: datetime | None) -> bool:
+    return incoming is not None and (stored is None or _utc(incoming) > _utc(stored))
 
 
 def _reported_at(obj: Object) -> datetime | None:
@@ -142,25 +214,6 @@ def merge_node(stored: Node | None, incoming: Node) -> Node:
     )
 
 
-def mark_offline(node: Node, now: datetime) -> Node:
-    """``node`` with Ready ``Unknown`` (unchanged when it already is)."""
-    ready = _ready(node)
-    if ready is not None and ready.status == "Unknown" and ready.reason == OFFLINE_REASON:
-        return node
-    unknown = Condition(
-        type="Ready",
-        status="Unknown",
-        reason=OFFLINE_REASON,
-        message=OFFLINE_MESSAGE,
-        last_heartbeat_time=ready.last_heartbeat_time if ready is not None else None,
-        last_transition_time=now,
-    )
-    others = tuple(c for c in node.status.conditions if c.type != "Ready")
-    return msgspec.structs.replace(
-        node, status=msgspec.structs.replace(node.status, conditions=(unknown, *others))
-    )
-
-
 def _with_owner_uid(device: Device, node: Node) -> Device:
     refs = tuple(
         msgspec.structs.replace(ref, uid=node.metadata.uid)
@@ -175,8 +228,95 @@ def _with_owner_uid(device: Device, node: Node) -> Device:
     )
 
 
+def _decode(payload: bytes, target: type[_O]) -> _O:
+    obj = decode_json(payload, target)
+    expected = target()
+    if (obj.api_version, obj.kind) != (expected.api_version, expected.kind):
+        raise ApiError(
+            f"expected {expected.api_version} {expected.kind}, got {obj.api_version} {obj.kind}"
+        )
+    return obj
+
+
+def _check_name(node: str, obj: Object) -> None:
+    if obj.metadata.name != node:
+        raise _Foreign(
+            f"{obj.kind} {obj.metadata.name!r} published under node {node!r}; names must match"
+        )
+
+
+# -- bodies that differ from the last one only in their time stamp ---------------------------
+#
+# An agent republishes its Node (new Ready heartbeat) and its Device (new reported-at) with
+# nothing else changed. Such a body is recognised without decoding it: the bytes before and
+# after the stamp are those of the last body decoded from that topic, so the new body decodes
+# to that object with the new stamp. Exact: the stamp's key occurs once in the old body and
+# is the very field read back from its decoded object, neither body holds a JSON escape, and
+# the new stamp is a plain string (no quote, no backslash) parsed as the decoder would.
+
+
+@dataclass(frozen=True, slots=True)
+class _Stamped:
+    """The last body decoded from a topic, as far as its time stamp is concerned."""
+
+    start: int
+    head: int
+    tail: int
+    obj: Object
+
+
+_HEARTBEAT_KEY: Final = b'"lastHeartbeatTime":"'
+_REPORTED_AT_KEY: Final = b'"' + REPORTED_AT_ANNOTATION.encode() + b'":"'
+_DATETIME: Final = msgspec.json.Decoder(datetime)
+
+
+def _stamp_span(payload: bytes, key: bytes) -> tuple[int, int] | None:
+    """Where the one string value of ``key`` lies in ``payload``; None when not exactly once
+    or when the body holds escapes."""
+    if b"\\" in payload or payload.count(key) != 1:
+        return None
+    start = payload.index(key) + len(key)
+    end = payload.find(b'"', start)
+    return (start, end) if end > 0 else None
+
+
+def _node_stamp(obj: Node, text: str) -> Node:
+    when = _DATETIME.decode(b'"' + text.encode() + b'"')
+    conditions = list(obj.status.conditions)
+    for i, condition in enumerate(conditions):
+        if condition.type == "Ready":
+            conditions[i] = msgspec.structs.replace(condition, last_heartbeat_time=when)
+            break
+    status = msgspec.structs.replace(obj.status, conditions=tuple(conditions))
+    return msgspec.structs.replace(obj, status=status)
+
+
+def _device_stamp(obj: Device, text: str) -> Device:
+    annotations = {**obj.metadata.annotations, REPORTED_AT_ANNOTATION: text}
+    meta = msgspec.structs.replace(obj.metadata, annotations=annotations)
+    return msgspec.structs.replace(obj, metadata=meta)
+
+
+def _same_stamp(leaf: str, obj: Object, text: str) -> bool:
+    """Whether ``text`` (the stamp found in the body) is what ``obj`` decoded it to."""
+    if isinstance(obj, Node) and leaf == "node":
+        try:
+            return _heartbeat(obj) == _DATETIME.decode(b'"' + text.encode() + b'"')
+        except msgspec.DecodeError:
+            return False
+    if isinstance(obj, Device) and leaf == "device":
+        return obj.metadata.annotations.get(REPORTED_AT_ANNOTATION) == text
+    return False
+
+
 class Ingest:
-    """A controller component: bus -> store. Run it under ``lifecycle.supervise``."""
+    """A controller component: bus -> store. Run it under ``lifecycle.supervise``.
+
+    ``liveness`` (optional) is told when each node was last heard from and which went
+    offline; ``max_payload`` is the largest body taken, bytes. ``run`` waits ``linger``
+    seconds after a message for others to write with it (a report is stored that much later;
+    a fleet's thousands of reports a second cost one commit per batch, not one each).
+    """
 
     def __init__(
         self,
@@ -186,110 +326,294 @@ class Ingest:
         clock: Callable[[], datetime] = _utcnow,
         registry: CollectorRegistry | None = None,
         client_id: str = "controller/ingest",
+        liveness: Liveness | None = None,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        linger: float = LINGER,
     ) -> None:
         self.name = "ingest"
         self._bus = bus
         self._store = store
         self._clock = clock
         self._client_id = client_id
+        self._liveness = liveness
+        self._max_payload = max_payload
+        self._linger = linger
         self._recorders: dict[str, EventRecorder] = {}
+        #: topic -> hash of the last body taken from it (state leaves only)
+        self._taken: dict[str, int] = {}
+        #: topic -> the last Node or Device decoded from it (see _Stamped)
+        self._stamped: dict[str, _Stamped] = {}
+        #: nodes whose last status was offline (an online may restore them)
+        self._offline: set[str] = set()
+        #: nodes whose online followed an offline: their next Node restores them
+        self._vouched: set[str] = set()
+        self._kinds: dict[type[Object], Kind | None] = {}
+        registry = registry if registry is not None else CollectorRegistry()
         self._messages = Counter(
             "koordpy_ingest_messages",
             "Messages from agents, by topic leaf and what became of them.",
             ["leaf", "result"],
-            registry=registry if registry is not None else CollectorRegistry(),
+            registry=registry,
+        )
+        self._resyncs = Counter(
+            "koordpy_ingest_resyncs",
+            "Times the ingest fell too far behind and resubscribed to the retained state.",
+            registry=registry,
         )
 
     async def run(self) -> None:
-        with (
-            self._bus.connect(self._client_id) as client,
-            client.subscribe(SUBSCRIPTION) as subscription,
-        ):
-            async for message in subscription:
-                await self.handle(message)
+        with self._bus.connect(self._client_id) as client:
+            while True:
+                with client.subscribe(SUBSCRIPTION) as subscription:
+                    try:
+                        await self._consume(subscription)
+                        return
+                    except BusOverflow:
+                        # Fell behind a burst: subscribing again replays every node's newest
+                        # state (the retained bodies), which is all the store needs.
+                        self._resyncs.inc()
+                        _log.warning("ingest fell behind; resynchronising from retained state")
+
+    async def _consume(self, subscription: Subscription) -> None:
+        """Take messages in batches until the subscription ends (returns) or overflows."""
+        while True:
+            try:
+                batch = [await subscription.get()]
+            except BusOverflow:
+                raise
+            except BusError:  # closed
+                return
+            ended = self._drain(subscription, batch)
+            if ended is None and len(batch) < MAX_BATCH and self._linger > 0:
+                # Let what is on its way join this batch: one commit for all of it.
+                await asyncio.sleep(self._linger)
+                ended = self._drain(subscription, batch)
+            await self.handle_many(batch)
+            if isinstance(ended, BusOverflow):
+                raise ended
+            if ended is not None:  # closed
+                return
+
+    @staticmethod
+    def _drain(subscription: Subscription, batch: list[Message]) -> BusError | None:
+        """Move what ``subscription`` has queued into ``batch`` (up to :data:`MAX_BATCH`);
+        the error that ended the subscription, if it did."""
+        while len(batch) < MAX_BATCH:
+            try:
+                message = subscription.get_nowait()
+            except BusError as err:
+                return err
+            if message is None:
+                return None
+            batch.append(message)
+        return None
 
     def _kind(self, struct: type[Object]) -> Kind | None:
-        try:
-            return self._store.registry.for_type(struct)
-        except UnknownKind:
-            return None
+        if struct not in self._kinds:
+            try:
+                self._kinds[struct] = self._store.registry.for_type(struct)
+            except UnknownKind:
+                self._kinds[struct] = None
+        return self._kinds[struct]
 
     async def handle(self, message: Message) -> Result:
         """Apply one message; never raises for what the message contains."""
-        parsed = parse_node_topic(message.topic)
-        leaf = parsed[1] if parsed is not None else "unknown"
-        result = await self._handle(message, parsed)
-        self._messages.labels(leaf=leaf, result=result).inc()
-        return result
+        return (await self.handle_many([message]))[0]
 
-    async def _handle(self, message: Message, parsed: tuple[str, str] | None) -> Result:
-        if parsed is None or parsed[1] in DOWNLINK or not message.payload:
+    async def handle_many(self, messages: Sequence[Message]) -> list[Result]:
+        """Apply messages in order, their writes in one transaction; a result for each."""
+        prepared: list[tuple[Message, str, str, Result | _Write]] = []
+        for message in messages:
+            parsed = parse_node_topic(message.topic)
+            node, leaf = parsed if parsed is not None else ("", "unknown")
+            prepared.append((message, node, leaf, self._prepare(message, node, leaf)))
+        writes = [p[3] for p in prepared if isinstance(p[3], _Write)]
+        outcomes: list[Any] = []
+        if writes:
+            outcomes = await asyncio.gather(
+                *(self._store.submit(w.op) for w in writes), return_exceptions=True
+            )
+        failure: BaseException | None = None
+        results: list[Result] = []
+        done = iter(outcomes)
+        for message, node, leaf, step in prepared:
+            if isinstance(step, Result):
+                result = step
+            else:
+                outcome = next(done)
+                if isinstance(outcome, StoreError):
+                    _log.warning(
+                        "store refused message on %s: %s",
+                        message.topic,
+                        outcome,
+                        extra={"topic": message.topic},
+                    )
+                    result = Result.INVALID
+                elif isinstance(outcome, Exception):
+                    # A bug met by this message: said loudly, but it does not stop the
+                    # ingest (a restart would meet the same retained message again).
+                    _log.error(
+                        "failed to apply message on %s",
+                        message.topic,
+                        exc_info=outcome,
+                        extra={"topic": message.topic},
+                    )
+                    result = Result.INVALID
+                elif isinstance(outcome, BaseException):
+                    failure = failure or outcome
+                    result = Result.INVALID
+                else:
+                    result = step.done(outcome)
+            self._account(message, node, leaf, result)
+            results.append(result)
+        if failure is not None:
+            raise failure
+        return results
+
+    def _account(self, message: Message, node: str, leaf: str, result: Result) -> None:
+        self._messages.labels(leaf=leaf, result=result).inc()
+        if leaf in _STATE_LEAVES:
+            if result in _TAKEN:
+                self._taken[message.topic] = hash(message.payload)
+            else:
+                self._taken.pop(message.topic, None)
+        if leaf == "node" and result is Result.APPLIED:
+            self._vouched.discard(node)
+        liveness = self._liveness
+        if liveness is None or not node:
+            return
+        fresh = result is Result.APPLIED if leaf in _LIVE_LEAVES else result in _TAKEN
+        if fresh and leaf != "status":
+            liveness.heard(node)
+
+    def _prepare(self, message: Message, node: str, leaf: str) -> Result | _Write:
+        """Check one message; its result, or the store work it needs."""
+        payload = message.payload
+        if not node:
+            _log.warning("dropped message on foreign topic %r", message.topic)
+            return Result.FOREIGN
+        if leaf in DOWNLINK or not payload:
             return Result.IGNORED
-        node, leaf = parsed
+        if len(payload) > self._max_payload:
+            _log.warning(
+                "dropped %d-byte message on %s: larger than %d bytes",
+                len(payload),
+                message.topic,
+                self._max_payload,
+                extra={"topic": message.topic},
+            )
+            return Result.OVERSIZED
+        if (
+            leaf in _STATE_LEAVES
+            and self._taken.get(message.topic) == hash(payload)
+            and not (leaf == "node" and node in self._vouched)
+        ):
+            return Result.UNCHANGED
         try:
             if leaf == "node":
-                return await self._node(node, self._decode(message, Node))
+                incoming = self._restamped(message.topic, leaf, payload, Node)
+                return self._node(node, incoming, vouched=node in self._vouched)
             if leaf == "device":
-                return await self._device(node, self._decode(message, Device))
+                return self._device(node, self._restamped(message.topic, leaf, payload, Device))
             if leaf == "nodemetric":
-                return await self._nodemetric(node, self._decode(message, NodeMetric))
+                return self._nodemetric(node, _decode(payload, NodeMetric))
             if leaf == "events":
-                return await self._event(node, self._decode(message, Event))
+                return self._event(node, _decode(payload, Event))
             if leaf == EVICTIONS_LEAF:
-                return await self._eviction(node, self._decode(message, EvictionRequest))
+                return self._eviction(node, _decode(payload, EvictionRequest))
             if leaf == "status":
-                return await self._status(
-                    node, msgspec.json.decode(message.payload, type=AgentStatus)
-                )
+                return self._status(node, msgspec.json.decode(payload, type=AgentStatus))
+        except _Foreign as err:
+            _log.warning(
+                "dropped message on %s: %s", message.topic, err, extra={"topic": message.topic}
+            )
+            return Result.FOREIGN
         except (ApiError, msgspec.ValidationError, msgspec.DecodeError) as err:
             _log.warning(
                 "dropped message on %s: %s", message.topic, err, extra={"topic": message.topic}
             )
             return Result.INVALID
-        except StoreError as err:
-            _log.warning(
-                "store refused message on %s: %s",
-                message.topic,
-                err,
-                extra={"topic": message.topic},
-            )
-            return Result.INVALID
         return Result.IGNORED
 
-    @staticmethod
-    def _decode(message: Message, target: type[_O]) -> _O:
-        obj = decode_json(message.payload, target)
-        expected = target()
-        if (obj.api_version, obj.kind) != (expected.api_version, expected.kind):
-            raise ApiError(
-                f"expected {expected.api_version} {expected.kind}, got {obj.api_version} {obj.kind}"
-            )
-        return obj
+    def _restamped(self, topic: str, leaf: str, payload: bytes, target: type[_O]) -> _O:
+        """``payload`` decoded; without decoding when it is the last body of ``topic`` with
+        only its time stamp changed."""
+        known = self._stamped.get(topic)
+        if known is not None and isinstance(known.obj, target):
+            start = known.start
+            end = payload.find(b'"', start)
+            if (
+                end > 0
+                and hash(payload[:start]) == known.head
+                and hash(payload[end:]) == known.tail
+                and b"\\" not in payload[start:end]
+            ):
+                try:
+                    text = payload[start:end].decode()
+                    obj: Object = (
+                        _node_stamp(known.obj, text)
+                        if isinstance(known.obj, Node)
+                        else _device_stamp(known.obj, text)
+                        if isinstance(known.obj, Device)
+                        else known.obj
+                    )
+                except (UnicodeDecodeError, msgspec.DecodeError):
+                    pass  # not a time stamp after all: decode it whole (and refuse it)
+                else:
+                    if isinstance(obj, target):
+                        self._stamped[topic] = dataclasses.replace(known, obj=obj)
+                        return obj
+        decoded = _decode(payload, target)
+        key = _HEARTBEAT_KEY if leaf == "node" else _REPORTED_AT_KEY
+        span = _stamp_span(payload, key)
+        if span is not None:
+            start, end = span
+            text = payload[start:end].decode(errors="replace")
+            if _same_stamp(leaf, decoded, text):
+                head, tail = hash(payload[:start]), hash(payload[end:])
+                self._stamped[topic] = _Stamped(start, head, tail, decoded)
+                return decoded
+        self._stamped.pop(topic, None)
+        return decoded
 
-    @staticmethod
-    def _check_name(node: str, obj: Object) -> None:
-        if obj.metadata.name != node:
-            raise ApiError(
-                f"{obj.kind} {obj.metadata.name!r} published under node {node!r}; names must match"
-            )
+    # -- per leaf: checks before the write, and the write ----------------------------------
 
-    async def _node(self, node: str, incoming: Node) -> Result:
-        self._check_name(node, incoming)
+    def _node(
+        self, node: str, incoming: Node, *, vouched: bool = False, restore_only: bool = False
+    ) -> Result | _Write:
+        """The write of an agent's Node.
+
+        A lost node comes back only with a newer heartbeat, or, when it was lost because its
+        status said offline and an ``online`` has since vouched for the agent (``vouched``),
+        with the same one. ``restore_only``: write nothing unless that brings it back.
+        """
+        _check_name(node, incoming)
         kind = self._kind(Node)
         if kind is None:
             return Result.IGNORED
         device_kind = self._kind(Device)
+        beat = _heartbeat(incoming)
 
         def write(store: Store) -> Result:
             try:
-                stored = store.get(kind, node)
+                found = store.get(kind, node)
             except NotFound:
-                stored = None
-            if isinstance(stored, Node) and _older(_heartbeat(incoming), _heartbeat(stored)):
-                return Result.STALE
-            saved, outcome = store.apply(
-                merge_node(stored if isinstance(stored, Node) else None, incoming)
-            )
+                found = None
+            stored = found if isinstance(found, Node) else None
+            if restore_only and (stored is None or not is_marked(stored)):
+                return Result.UNCHANGED
+            merged = merge_node(stored, incoming)
+            if stored is not None:
+                have = _heartbeat(stored)
+                if _older(beat, have):
+                    return Result.STALE
+                if is_marked(stored):
+                    # A repeated or replayed report does not bring a lost node back.
+                    again = vouched and lost_because(stored) == OFFLINE_MESSAGE
+                    if not again and not _newer(beat, have):
+                        return Result.STALE
+                    merged = clear_unreachable(merged)
+            saved, outcome = store.apply(merged)
             if device_kind is not None and isinstance(saved, Node):
                 # A Device that arrived first (retained topics replay in name order) gets
                 # its owner reference fixed now.
@@ -303,21 +627,22 @@ class Ingest:
                         store.update(fixed)
             return Result.UNCHANGED if outcome is Outcome.UNCHANGED else Result.APPLIED
 
-        return await self._store.submit(write)
+        return _Write(write, _result)
 
-    async def _device(self, node: str, incoming: Device) -> Result:
-        self._check_name(node, incoming)
+    def _device(self, node: str, incoming: Device) -> Result | _Write:
+        _check_name(node, incoming)
         kind = self._kind(Device)
         node_kind = self._kind(Node)
         if kind is None:
             return Result.IGNORED
+        reported = _reported_at(incoming)
 
         def write(store: Store) -> Result:
             try:
                 stored = store.get(kind, node)
             except NotFound:
                 stored = None
-            if stored is not None and _older(_reported_at(incoming), _reported_at(stored)):
+            if stored is not None and _older(reported, _reported_at(stored)):
                 return Result.STALE
             device = incoming
             if node_kind is not None:
@@ -330,29 +655,28 @@ class Ingest:
             outcome = store.apply(device)[1]
             return Result.UNCHANGED if outcome is Outcome.UNCHANGED else Result.APPLIED
 
-        return await self._store.submit(write)
+        return _Write(write, _result)
 
-    async def _nodemetric(self, node: str, incoming: NodeMetric) -> Result:
-        self._check_name(node, incoming)
+    def _nodemetric(self, node: str, incoming: NodeMetric) -> Result | _Write:
+        _check_name(node, incoming)
         kind = self._kind(NodeMetric)
         if kind is None:
             return Result.IGNORED
+        updated = incoming.status.update_time
 
         def write(store: Store) -> Result:
             try:
                 stored = store.get(kind, node)
             except NotFound:
                 stored = None
-            if isinstance(stored, NodeMetric) and _older(
-                incoming.status.update_time, stored.status.update_time
-            ):
+            if isinstance(stored, NodeMetric) and _older(updated, stored.status.update_time):
                 return Result.STALE
             outcome = store.apply(incoming)[1]
             return Result.UNCHANGED if outcome is Outcome.UNCHANGED else Result.APPLIED
 
-        return await self._store.submit(write)
+        return _Write(write, _result)
 
-    async def _event(self, node: str, incoming: Event) -> Result:
+    def _event(self, node: str, incoming: Event) -> Result | _Write:
         if self._kind(Event) is None:
             return Result.IGNORED
         meta = incoming.metadata
@@ -374,7 +698,7 @@ class Ingest:
                 return Result.UNCHANGED
             return Result.APPLIED
 
-        return await self._store.submit(write)
+        return _Write(write, _result)
 
     def _recorder(self, node: str) -> EventRecorder:
         recorder = self._recorders.get(node)
@@ -384,7 +708,7 @@ class Ingest:
             )
         return recorder
 
-    async def _eviction(self, node: str, request: EvictionRequest) -> Result:
+    def _eviction(self, node: str, request: EvictionRequest) -> Result | _Write:
         kind = self._kind(Pod)
         if kind is None or self._kind(Event) is None:
             return Result.IGNORED
@@ -415,25 +739,39 @@ class Ingest:
             store.delete(kind, meta.name, pod.metadata.namespace)
             return Result.APPLIED, ""
 
-        result, why = await self._store.submit(write)
-        if result is Result.APPLIED:
-            _log.info(
-                "evicted pod %s for node %s (%s)", where["pod"], node, request.feature, extra=where
-            )
-        else:
-            _log.info(
-                "dropped eviction of pod %s from node %s: %s", where["pod"], node, why, extra=where
-            )
-        return result
+        def done(value: tuple[Result, str]) -> Result:
+            result, why = value
+            if result is Result.APPLIED:
+                _log.info(
+                    "evicted pod %s for node %s (%s)",
+                    where["pod"],
+                    node,
+                    request.feature,
+                    extra=where,
+                )
+            else:
+                _log.info(
+                    "dropped eviction of pod %s from node %s: %s",
+                    where["pod"],
+                    node,
+                    why,
+                    extra=where,
+                )
+            return result
 
-    async def _status(self, node: str, status: AgentStatus) -> Result:
+        return _Write(write, done)
+
+    def _status(self, node: str, status: AgentStatus) -> Result | _Write:
         if status.state == "online":
             _log.info("node %s is online", node, extra={"node": node})
-            return Result.IGNORED
+            return self._online(node)
         kind = self._kind(Node)
         if kind is None:
             return Result.IGNORED
         now = self._clock()
+        since = status.since
+        self._offline.add(node)
+        self._vouched.discard(node)
 
         def write(store: Store) -> Result:
             try:
@@ -442,13 +780,49 @@ class Ingest:
                 return Result.IGNORED
             if not isinstance(stored, Node):
                 return Result.IGNORED
-            offline = mark_offline(stored, now)
+            if _older(since, _heartbeat(stored)):  # said before the node's last report
+                return Result.STALE
+            offline = mark_unreachable(stored, now, OFFLINE_MESSAGE)
             if offline is stored:
                 return Result.UNCHANGED
             store.update(offline)
             return Result.APPLIED
 
-        result = await self._store.submit(write)
-        if result is Result.APPLIED:
-            _log.warning("node %s went offline", node, extra={"node": node})
-        return result
+        def done(result: Result) -> Result:
+            if result is Result.APPLIED:
+                _log.warning("node %s went offline", node, extra={"node": node})
+            if result in (Result.APPLIED, Result.UNCHANGED) and self._liveness is not None:
+                self._liveness.went_offline(node)
+            return result
+
+        return _Write(write, done)
+
+    def _online(self, node: str) -> Result | _Write:
+        """After an offline, the agent's ``online`` restores its last Node from the bus."""
+        if node not in self._offline:
+            return Result.IGNORED
+        self._offline.discard(node)
+        self._vouched.add(node)
+        try:
+            last = next(iter(self._bus.retained(node_topic(node, "node"))), None)
+        except BusError:
+            return Result.IGNORED
+        if last is None or not last.payload or len(last.payload) > self._max_payload:
+            return Result.IGNORED
+        try:
+            step = self._node(node, _decode(last.payload, Node), vouched=True, restore_only=True)
+        except (_Foreign, ApiError, msgspec.ValidationError, msgspec.DecodeError):
+            return Result.IGNORED
+        if isinstance(step, Result):
+            return Result.IGNORED
+
+        def done(result: Result) -> Result:
+            if result is Result.APPLIED:
+                _log.info("node %s is back online", node, extra={"node": node})
+                self._vouched.discard(node)
+                if self._liveness is not None:
+                    self._liveness.heard(node)
+                return Result.APPLIED
+            return Result.IGNORED
+
+        return _Write(step.op, done)

@@ -50,6 +50,7 @@ __all__ = [
     "BusOverflow",
     "Message",
     "Subscription",
+    "check_filter",
     "node_topic",
     "parse_node_topic",
     "topic_matches",
@@ -131,6 +132,11 @@ def _check_filter(topic_filter: str) -> None:
             raise BusError(f"invalid topic filter {topic_filter!r}: '+' must be a whole level")
 
 
+def check_filter(topic_filter: str) -> None:
+    """Raise :class:`BusError` unless ``topic_filter`` is a valid MQTT topic filter."""
+    _check_filter(topic_filter)
+
+
 def topic_matches(topic_filter: str, topic: str) -> bool:
     """MQTT topic matching (the filter is assumed valid)."""
     if topic.startswith("$") and topic_filter[:1] in ("+", "#"):
@@ -193,6 +199,20 @@ class Subscription:
             raise BusError(f"subscription to {self.filter} is closed")
         item = await self._queue.get()
         if item is None:
+            if self._overflowed:
+                raise BusOverflow(f"subscriber to {self.filter} fell {self._size} messages behind")
+            raise BusError(f"subscription to {self.filter} is closed")
+        return item
+
+    def get_nowait(self) -> Message | None:
+        """The next message if one is waiting, else ``None``; raises like :meth:`get`."""
+        if self._queue.empty():
+            if self._closed:
+                raise BusError(f"subscription to {self.filter} is closed")
+            return None
+        item = self._queue.get_nowait()
+        if item is None:
+            self._queue.put_nowait(None)  # the end stays visible to every later read
             if self._overflowed:
                 raise BusOverflow(f"subscriber to {self.filter} fell {self._size} messages behind")
             raise BusError(f"subscription to {self.filter} is closed")

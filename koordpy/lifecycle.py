@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import random
+import resource
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
@@ -37,6 +38,7 @@ __all__ = [
     "notify",
     "notify_ready",
     "notify_stopping",
+    "raise_open_files_limit",
     "restarts_counter",
     "run_components",
     "stop_event",
@@ -375,3 +377,20 @@ def notify_ready(*, environ: Mapping[str, str] | None = None) -> bool:
 
 def notify_stopping(*, environ: Mapping[str, str] | None = None) -> bool:
     return notify("STOPPING=1", environ=environ)
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft limit of open files to the hard limit; the new soft limit.
+
+    The agent keeps the cgroup files it reads every tick open (a few thousand on a busy
+    node); the usual soft limit of 1024 would make it reopen them on every read.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as err:
+            _log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, err)
+            return soft
+        return hard
+    return soft

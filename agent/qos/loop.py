@@ -3,7 +3,9 @@
 One pass:
 
 1. take the pods from the pod source and build their states (QoS classes, cgroup dirs);
-2. sample usage (node, pods, containers, the BE tier);
+2. sample usage (node, pods, containers, the BE tier); with ``sampling = False`` the loop
+   shares the metrics collector's sampler instead: it only states what it needs (the sampler's
+   ``requested``) and reads the figures of the collector's latest tick;
 3. resolve settings: the agent config's base with the NodeSLO laid over it; a NodeSLO that
    fails validation is reported once and the previous settings stay in force;
 4. run every strategy on the same immutable snapshot; combine their outcomes;
@@ -28,7 +30,7 @@ from agent.cgroups.detect import CgroupInfo
 from agent.cgroups.paths import qos_dir
 from agent.cgroups.writer import CgroupWriter, PlannedWrite, WriteResult
 from agent.evictor import Evictor
-from agent.metrics.usage import UsageSampler, host_app_cgroups
+from agent.metrics.usage import SampleRequest, UsageSampler, host_app_cgroups
 from agent.qos import cpu_burst
 from agent.qos.framework import CpuInfo, Gauge, NodeSnapshot, Outcome, Strategy
 from agent.qos.settings import QoSSettings, SettingsError, from_nodeslo
@@ -110,6 +112,9 @@ class QoSLoop:
     #: Set once the pod source has its first list; passes wait for it (up to ``sync_timeout``).
     synced: asyncio.Event | None = None
     sync_timeout: float = 30.0
+    #: Sample usage each pass (the default); ``False`` when the metrics collector samples the
+    #: same sampler every tick (see the module docstring).
+    sampling: bool = True
     _settings: QoSSettings | None = field(default=None, init=False)
     #: strategy name -> the loop time before which it is not run again (its ``interval``).
     _due: dict[str, float] = field(default_factory=dict, init=False)
@@ -154,14 +159,24 @@ class QoSLoop:
             qos_dir(self.cgroup, KubeQoS.GUARANTEED),  # the kubepods root: every pod together
         ]
         scaling = _scales_quota(settings)
-        self.sampler.sample(
-            states,
-            tiers,
+        request = SampleRequest(
+            extra_cgroups=tuple(tiers),
             host_apps=host_app_cgroups(settings.host_applications, self.cgroup),
             containers=cpu_burst.eligible if scaling else False,
             container_cpu=scaling and settings.burst.cfs_quota_burst_period_seconds >= 0,
             memory=self._wants_memory(wanted, settings),
         )
+        if self.sampling:
+            self.sampler.sample(
+                states,
+                request.extra_cgroups,
+                host_apps=request.host_apps,
+                containers=request.containers,
+                container_cpu=request.container_cpu,
+                memory=request.memory,
+            )
+        else:
+            self.sampler.requested = request
         return NodeSnapshot(
             now=self.clock(),
             node=self.node(),

@@ -173,15 +173,23 @@ def build_loop(
     on_node_resources: Callable[[ResourceList | None], None] | None = None,
     strategies: list[Strategy] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    sampler: UsageSampler | None = None,
 ) -> QoSLoop:
     """A QoS loop over this host's cgroups as ``cfg`` describes them (``clock``: seconds,
-    monotonic; one clock drives the sampler's windows, the writer's cache and the loop)."""
+    monotonic; one clock drives the sampler's windows, the writer's cache and the loop).
+
+    ``sampler``: a sampler someone else samples every tick (the metrics collector's, see
+    :func:`agent.metrics.collector.build_collector`); the loop then reads it and samples
+    nothing itself. By default the loop has a sampler of its own and samples each pass.
+    """
     writer = CgroupWriter(
         CgroupFiles(cgroup), clock=clock, refresh_seconds=cfg.qos.force_update_seconds
     )
-    sampler = UsageSampler(
-        cfg.host, HierarchyReader(cgroup, clock=clock), clock=clock, interval=cfg.qos.interval
-    )
+    shared = sampler is not None
+    if sampler is None:
+        sampler = UsageSampler(
+            cfg.host, HierarchyReader(cgroup, clock=clock), clock=clock, interval=cfg.qos.interval
+        )
     return QoSLoop(
         node_name=node,
         cgroup=cgroup,
@@ -198,4 +206,5 @@ def build_loop(
         gauges=GaugeCollector(node=node),
         interval=cfg.qos.interval,
         clock=clock,
+        sampling=not shared,
     )

@@ -1,4 +1,5 @@
-"""The agent's transport over the in-process bus (``koordpy up``)."""
+"""The agent's transport over a :class:`koordpy.bus.Bus`: the controller's in ``koordpy up``,
+or the agent's local bus that :class:`koordpy.mqtt.MqttBridge` mirrors to the fleet's broker."""
 
 from __future__ import annotations
 

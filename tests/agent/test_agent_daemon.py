@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,17 +15,27 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from agent import daemon
-from agent.config import AgentConfig, DevicesSection, ReportSection
+from agent.config import (
+    AgentConfig,
+    DevicesSection,
+    MetricsSection,
+    PodsSection,
+    QoSSection,
+    ReportSection,
+)
 from agent.devices import base, simulated
 from agent.devices import metrics as device_metrics
 from agent.errors import ConfigError, TransientError, Unsupported
 from agent.node import LABEL_CGROUP_DRIVER, LABEL_CGROUP_VERSION, HostFacts
 from apis.codec import decode_json
 from apis.core import Node
+from apis.meta import ObjectMeta
 from apis.scheduling import Device
-from koordpy import cli, lifecycle
+from apis.slo import NodeMetric
+from koordpy import cli, exposition, lifecycle
 from koordpy.bus import REPORTED_AT_ANNOTATION, AgentStatus, Bus, node_topic
 from tests.crdschema import schema_errors, validator
 from tests.fakes.host import FakeHost
@@ -454,6 +467,290 @@ async def test_the_agent_exports_its_device_metrics_while_it_runs() -> None:
     ), "the collector leaves with the agent"
 
 
+# --- metrics: collector, NodeMetric, exporter, health -----------------------------------------
+
+
+def families(registry: CollectorRegistry) -> dict[str, list[Sample]]:
+    text = exposition.render(registry).decode()
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def sample_value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    """The value of the first sample named ``name`` with ``labels`` (None: no such sample)."""
+    for samples in families(registry).values():
+        for sample in samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return None
+
+
+async def wait_for(check: Callable[[], object]) -> None:
+    async with asyncio.timeout(15):
+        while not check():  # noqa: ASYNC110 - conditions no event signals (metrics, bus state)
+            await asyncio.sleep(0.05)
+
+
+def has_retained(bus: Bus, node: str, leaf: str) -> bool:
+    return bool(list(bus.retained(node_topic(node, leaf))))
+
+
+FAST = MetricsSection(collect_interval=0.05, report_interval=3600.0)
+
+
+async def test_a_simulated_node_publishes_a_nodemetric_with_its_devices(
+    shared_dir: Path,
+) -> None:
+    bus, stop, ready = Bus(), asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(
+        daemon.run(
+            AgentConfig(metrics=FAST),
+            bus=bus,
+            stop=stop,
+            node="sim-h100",
+            probes=[simulated.probe_for("sim-h100", "nvidia-h100")],
+            facts=lambda: FACTS,
+            detect_cgroups=False,
+            ready=ready,
+        )
+    )
+    try:
+        # The first NodeMetric as soon as a tick measured the node's CPU, long before the
+        # report interval (an hour here).
+        await wait_for(lambda: has_retained(bus, "sim-h100", "nodemetric"))
+    finally:
+        stop.set()
+        async with asyncio.timeout(10):
+            await task
+    raw = json.loads(retained(bus, "sim-h100", "nodemetric"))
+    assert schema_errors(validator(shared_dir, "slo.koordinator.sh/NodeMetric"), raw) == []
+    metric = decode_json(retained(bus, "sim-h100", "nodemetric"), NodeMetric)
+    assert metric.metadata.name == "sim-h100"
+    info = metric.status.node_metric
+    assert info is not None
+    assert info.node_usage.resources["memory"] > 0
+    assert "cpu" in info.node_usage.resources
+    assert len(info.node_usage.devices) == 8, "one entry per simulated GPU"
+    assert metric.status.pods_metric == (), "a simulated node runs no pods"
+
+
+async def test_the_agent_exports_usage_and_its_own_health_while_it_runs() -> None:
+    registry, bus, stop, ready = CollectorRegistry(), Bus(), asyncio.Event(), asyncio.Event()
+    counter = lifecycle.restarts_counter(registry)
+    task = asyncio.create_task(
+        daemon.run(
+            AgentConfig(metrics=FAST),
+            bus=bus,
+            stop=stop,
+            node="n1",
+            probes=[simulated.probe_for("n1", "ascend-910b3")],
+            facts=lambda: FACTS,
+            detect_cgroups=False,
+            restarts_metric=counter,
+            registry=registry,
+            ready=ready,
+        )
+    )
+    try:
+        await wait_for(lambda: sample_value(registry, "koordlet_node_metric_node_usage"))
+        got = families(registry)
+        # This machine's /proc: the node's memory is in use, its CPU measured.
+        memory = sample_value(registry, "koordlet_node_used_memory_bytes", node="n1")
+        assert memory is not None
+        assert memory > 0
+        assert sample_value(registry, "koordlet_node_used_cpu_cores", node="n1") is not None
+        assert sample_value(registry, "koordlet_start_time", node="n1") == pytest.approx(
+            time.time(), abs=60
+        )
+        reports = "koordpy_agent_reports_total"
+        assert sample_value(registry, reports, node="n1", leaf="node", result="sent") == 1
+        assert sample_value(registry, reports, node="n1", leaf="nodemetric", result="sent") == 1
+        ticks = sample_value(registry, "koordpy_agent_collect_duration_seconds_count", node="n1")
+        assert ticks is not None
+        assert ticks >= 2
+        assert "koordpy_device_healthy" in got, "device metrics beside the usage"
+    finally:
+        stop.set()
+        async with asyncio.timeout(10):
+            await task
+    assert sample_value(registry, "koordlet_node_used_cpu_cores", node="n1") is None, (
+        "the usage series leave with the agent"
+    )
+
+
+class FakeNode:
+    """A cgroup v1 host with 4 CPUs and one BE pod whose counters advance as time passes."""
+
+    UID = "0123abcd-0000-4000-8000-000000000001"
+    CID = "containerd://" + "c1" * 32
+
+    def __init__(self, base: Path) -> None:
+        self.host = FakeHost(base)
+        self.host.use_v1()
+        self.host.write("/proc/meminfo", "MemTotal: 8000000 kB\nMemAvailable: 6000000 kB\n")
+        self.host.write("/sys/devices/system/cpu/online", "0-3\n")
+        for cpu in range(4):
+            topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+            self.host.write(f"{topology}/core_id", f"{cpu}\n")
+            self.host.write(f"{topology}/physical_package_id", "0\n")
+        self.host.write("/sys/devices/system/node/node0/cpulist", "0-3\n")
+        self.pod_dir = f"kubepods/besteffort/pod{self.UID}"
+        self.cgroups = [self.pod_dir, f"{self.pod_dir}/{self.CID.split('//')[1]}"]
+        for cgroup in ["kubepods", "kubepods/besteffort", *self.cgroups]:
+            self.host.write_cgroup(f"cpu,cpuacct/{cgroup}", "cpu.cfs_quota_us", "-1\n")
+            self.host.write_cgroup(f"cpu,cpuacct/{cgroup}", "cpu.cfs_period_us", "100000\n")
+            self.host.write_cgroup(f"cpu,cpuacct/{cgroup}", "cpu.shares", "2\n")
+            self.host.write_cgroup(f"cpu,cpuacct/{cgroup}", "cpu.stat", "nr_periods 0\n")
+            self.host.write_cgroup(
+                f"memory/{cgroup}",
+                "memory.stat",
+                "total_inactive_anon 1000\ntotal_active_anon 2000\ntotal_unevictable 0\n"
+                "total_inactive_file 500\n",
+            )
+            self.host.write_cgroup(f"cpuset/{cgroup}", "cpuset.cpus", "0-3\n")
+            self.host.write_cgroup(f"cpuset/{cgroup}", "cpuset.mems", "0\n")
+        self.ticks = 0
+        self.advance()
+        pods = {
+            "apiVersion": "v1",
+            "kind": "PodList",
+            "items": [
+                {
+                    "metadata": {"name": "batch-1", "namespace": "jobs", "uid": self.UID,
+                                 "labels": {"koordinator.sh/qosClass": "BE"}},
+                    "spec": {"nodeName": "n1", "containers": [
+                        {"name": "main", "resources": {"requests": {"memory": "1Gi"}}}]},
+                    "status": {"phase": "Running", "qosClass": "BestEffort",
+                               "containerStatuses": [{"name": "main", "containerID": self.CID,
+                                                      "ready": True,
+                                                      "state": {"running": {}}}]},
+                }
+            ],
+        }  # fmt: skip
+        self.pods_file = base / "pods.json"
+        self.pods_file.write_text(json.dumps(pods), encoding="utf-8")
+
+    def advance(self) -> None:
+        """10 ms of time: the pod used half a CPU of it, the node two CPUs."""
+        self.ticks += 1
+        cpu_line = f"cpu  {2 * self.ticks} 0 0 {2 * self.ticks} 0 0 0 0 0 0\n"
+        per_cpu = "".join(
+            f"cpu{c} {self.ticks // 2} 0 0 {self.ticks // 2} 0 0 0 0 0 0\n" for c in range(4)
+        )
+        self.host.write("/proc/stat", cpu_line + per_cpu)
+        for cgroup in self.cgroups:
+            self.host.write_cgroup(
+                f"cpu,cpuacct/{cgroup}", "cpuacct.usage", f"{self.ticks * 5_000_000}\n"
+            )
+
+    def config(self) -> AgentConfig:
+        return msgspec.structs.replace(
+            self.host.config(),
+            metrics=MetricsSection(collect_interval=0.05, report_interval=0.2),
+            pods=PodsSection(source="file", file=str(self.pods_file), file_interval=0.05),
+            qos=QoSSection(interval=0.05),
+        )
+
+
+async def test_qos_and_metrics_share_one_collector_over_the_pods(
+    tmp_path: Path, shared_dir: Path
+) -> None:
+    fake = FakeNode(tmp_path)
+    registry, bus, stop, ready = CollectorRegistry(), Bus(), asyncio.Event(), asyncio.Event()
+
+    async def advance() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            fake.advance()
+
+    ticking = asyncio.create_task(advance())
+    task = asyncio.create_task(
+        daemon.run(
+            fake.config(),
+            bus=bus,
+            stop=stop,
+            node="n1",
+            probes=[],
+            facts=lambda: FACTS,
+            qos=True,
+            registry=registry,
+            ready=ready,
+        )
+    )
+    pod = {"node": "n1", "pod_uid": FakeNode.UID, "pod_name": "batch-1", "pod_namespace": "jobs"}
+
+    def reported_pods() -> list[str]:
+        if not has_retained(bus, "n1", "nodemetric"):
+            return []
+        metric = decode_json(retained(bus, "n1", "nodemetric"), NodeMetric)
+        return [p.name for p in metric.status.pods_metric]
+
+    try:
+        await wait_for(lambda: sample_value(registry, "koordlet_pod_used_cpu_cores", **pod))
+        # The pod as the collector measured it: CPU positive (its counter advances; the rate
+        # depends on the event loop's timing). Its requests from the pod source.
+        cpu = sample_value(registry, "koordlet_pod_used_cpu_cores", **pod)
+        assert cpu is not None
+        assert cpu > 0
+        requests = sample_value(
+            registry,
+            "koordlet_container_resource_requests",
+            container_name="main",
+            container_id=FakeNode.CID,
+            resource="memory",
+            unit="byte",
+        )
+        assert requests == GIB
+        # The QoS loop ran on the same ticks (its gauges are exported), and the share pools
+        # it draws are measured by the collector.
+        assert sample_value(registry, "koordlet_cpuset_share_pool_cpu_cores", node="n1") == 4
+        shared = sample_value(registry, "koordlet_cpuset_share_pool_used_cpu_cores", node="n1")
+        assert shared is not None
+        assert shared >= 0
+        # NodeMetric every report interval, with the pod once it was measured.
+        await wait_for(lambda: reported_pods() == ["batch-1"])
+    finally:
+        stop.set()
+        async with asyncio.timeout(10):
+            await task
+        ticking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticking
+    raw = json.loads(retained(bus, "n1", "nodemetric"))
+    assert schema_errors(validator(shared_dir, "slo.koordinator.sh/NodeMetric"), raw) == []
+    sent = sample_value(
+        registry, "koordpy_agent_reports_total", node="n1", leaf="nodemetric", result="sent"
+    )
+    assert sent is not None
+    assert sent >= 2
+
+
+async def test_nodemetric_reports_follow_the_interval() -> None:
+    publisher = RecordingPublisher()
+    measured = asyncio.Event()
+    built = 0
+
+    def build() -> NodeMetric:
+        nonlocal built
+        built += 1
+        return NodeMetric(metadata=ObjectMeta(name="n1", labels={"n": str(built)}))
+
+    reporter = daemon.NodeMetricReporter(
+        node="n1", publisher=publisher, build=build, measured=measured, interval=0.05
+    )
+    task = asyncio.create_task(reporter.run())
+    try:
+        await asyncio.sleep(0.2)
+        assert publisher.sent == [], "nothing before a tick measured the node"
+        measured.set()
+        await wait_for(lambda: len(publisher.sent) >= 3)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert publisher.leaves()[:3] == ["nodemetric"] * 3
+    assert reporter.last is publisher.sent[-1][1]
+
+
 # --- koordpy agent ------------------------------------------------------------------------
 
 
@@ -489,15 +786,6 @@ def test_agent_devices_without_hardware_prints_an_empty_device(
     out = capsys.readouterr().out
     assert "kind: Device" in out
     assert "name: bare" in out
-
-
-def test_agent_run_standalone_says_mqtt_comes_later(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    host = FakeHost(tmp_path)
-    config = write_config(tmp_path, host)
-    assert cli.main(["agent", "run", "--config", str(config)]) == 2
-    assert "MQTT transport" in capsys.readouterr().err
 
 
 def test_agent_devices_json_is_the_wire_form(

@@ -15,6 +15,7 @@ import pytest
 
 from agent.cgroups import detect, paths
 from agent.config import AgentConfig, CgroupSection, HostPaths, QoSSection
+from agent.metrics.collector import build_collector
 from agent.node import HostFacts, build_node
 from agent.qos import service
 from agent.qos.framework import Eviction, NodeSnapshot, Outcome
@@ -174,6 +175,55 @@ async def test_cgroup_v2_burst_stays_within_the_quota_as_it_scales(tmp_path: Pat
     assert burst <= int(quota), "v2: cpu.max.burst never exceeds the quota"
     pod_quota = int((host.cgroup_root / web / "cpu.max").read_text().split()[0])
     assert pod_quota >= int(quota)
+
+
+async def test_burst_scales_the_same_on_the_metrics_collectors_samples(tmp_path: Path) -> None:
+    """The QoS loop over the collector's sampler: it samples nothing itself, states what it
+    needs, and the collector's next tick reads it (one read of each file for both)."""
+    host, cfg, dirs = _host(tmp_path, v2=True)
+    web, container = dirs["web"], dirs["web/nginx"]
+    host.write_cgroup(web, "cpu.max", "100000 100000\n")
+    host.write_cgroup(container, "cpu.max", "100000 100000\n")
+    settings = Settings(
+        NodeSLOSpec(
+            cpu_burst_strategy=CPUBurstStrategy(
+                policy="auto", cpu_burst_percent=1000, share_pool_threshold_percent=90
+            )
+        )
+    )
+    clock = Clock()
+    info = detect.detect(cfg.host, cfg.cgroup)
+    pods = tuple(p for p in PODS if isinstance(p, Pod))
+    collector = build_collector(
+        cfg, node="node-1", cgroup=info, pods=lambda: pods, nodeslo=settings.current, clock=clock
+    )
+    node = build_node("node-1", FACTS, heartbeat=EPOCH, ready_since=EPOCH, cgroup=info)
+    loop = service.build_loop(
+        cfg,
+        node="node-1",
+        cgroup=info,
+        pods=lambda: pods,
+        node_object=lambda: node,
+        nodeslo=settings.current,
+        clock=clock,
+        sampler=collector.sampler,
+    )
+    assert not loop.sampling
+    await loop.run_once()
+    assert loop.sampler.requested.containers is not False, "it asked for its containers"
+    for step in range(1, 5):
+        clock.now += 1
+        host.write("/proc/stat", f"cpu  {50 * step} 0 0 {350 * step} 0 0 0 0 0 0\n")
+        host.write_cgroup(
+            container,
+            "cpu.stat",
+            f"usage_usec {step * 500000}\nnr_periods {step * 10}\nnr_throttled {step * 10}\n",
+        )
+        collector.collect()
+        await loop.run_once()
+    assert loop.sampler.throttled_ratio(container, 1.0) == 1.0
+    quota = (host.cgroup_root / container / "cpu.max").read_text().split()[0]
+    assert 100000 < int(quota) <= 300000, "throttled every period: the quota scaled up"
 
 
 async def test_a_refused_nodeslo_keeps_the_previous_settings(

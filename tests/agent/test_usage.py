@@ -418,3 +418,117 @@ def test_real_proc_stat_and_busy_cgroup(busy_cgroup: tuple[CgroupInfo, str]) -> 
     memory = sampler.node_memory()
     assert memory is not None
     assert 0 < memory < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+# --- shared sampling (the metrics collector's passes) -----------------------------------------
+
+
+def test_a_detail_pass_reads_containers_and_their_history_survives_lighter_passes(
+    v1: V1Tree,
+) -> None:
+    clock = Clock()
+    sampler = usage.UsageSampler(
+        v1.host.paths, usage.HierarchyReader(v1.info), clock=clock, clock_ticks=HZ
+    )
+    pods = [_state("uid-1", POD_DIR, (_container(CONTAINER_DIR),))]
+    full = usage.Detail(containers=True, pod_throttle=True)
+    light = usage.Detail()
+    for step in range(12):
+        clock.now = float(step)
+        v1.cpuacct(CONTAINER_DIR, step * 100_000_000)
+        v1.cpu_stat(CONTAINER_DIR, periods=step * 10, throttled=step)
+        v1.memory_stat(CONTAINER_DIR, inactive=step, active=0, unevictable=0)
+        v1.host.write_cgroup(f"memory/{CONTAINER_DIR}", "memory.usage_in_bytes", "5000\n")
+        sampler.sample(pods, containers=False, detail=full if step % 5 == 0 else light)
+    # read at 0, 5, 10: the last step spans 5 s; kept in between although not read
+    assert sampler.cgroup_cpu(CONTAINER_DIR, 0.5) is None, "no read in the last 0.5 s"
+    assert sampler.cgroup_cpu(CONTAINER_DIR, 6.5) == pytest.approx(100.0)
+    assert sampler.throttled_ratio(CONTAINER_DIR, 6.5) == pytest.approx(0.1)
+    memory = sampler.memory(CONTAINER_DIR)
+    assert memory is not None
+    assert memory.without_cache == 10, "as read at 10 s"
+    assert memory.usage == 5000
+    assert memory.inactive_file == 777
+    assert memory.working_set == 5000 - 777
+    # the pod goes: everything of its containers is forgotten
+    clock.now = 12.0
+    sampler.sample([], detail=light)
+    assert sampler.memory(CONTAINER_DIR) is None
+    assert sampler.cgroup_cpu(CONTAINER_DIR, 100) is None
+
+
+def test_last_step_page_cache_and_per_cpu(v1: V1Tree) -> None:
+    clock = Clock()
+    sampler = usage.UsageSampler(
+        v1.host.paths, usage.HierarchyReader(v1.info), clock=clock, clock_ticks=HZ
+    )
+    per_cpu = usage.Detail(per_cpu=True)
+    for step in range(3):
+        clock.now = 2.0 * step
+        v1.host.write_proc_stat([(step * 100, 0), (step * 50, 150), (0, 200)])
+        v1.host.write_meminfo(total=8 * GIB, free=2 * GIB, available=5 * GIB)
+        v1.cpuacct(POD_DIR, step * step * 1_000_000_000)
+        sampler.sample([_state("uid-1", POD_DIR)], detail=per_cpu)
+    assert sampler.sampled_at == 4.0
+    assert sampler.node_cpu_last() == pytest.approx(150 * 10 / 2)
+    assert sampler.cgroup_cpu_last(POD_DIR) == pytest.approx(3000 / 2)
+    assert sampler.cgroup_cpu(POD_DIR, 10) == pytest.approx(4000 / 4)
+    assert sampler.node_memory() == 3 * GIB
+    assert sampler.node_memory_with_cache() == 6 * GIB
+    assert sampler.cpus_cpu([0]) == pytest.approx(500.0)
+    assert sampler.cpus_cpu([0, 1, 2]) == pytest.approx(750.0)
+    assert sampler.cpus_cpu([9]) is None, "not a CPU of this host"
+    # a pass that could not read the pod: no last step for it
+    clock.now = 6.0
+    v1.host.write_cgroup(f"cpu,cpuacct/{POD_DIR}", "cpuacct.usage", "garbage\n")
+    sampler.sample([_state("uid-1", POD_DIR)])
+    assert sampler.cgroup_cpu_last(POD_DIR) is None
+    assert sampler.node_cpu_last() == 0.0, "/proc/stat did not move"
+
+
+def test_reader_past_its_open_file_limit_still_reads_everything(v1: V1Tree) -> None:
+    reader = usage.HierarchyReader(v1.info, max_open=2)
+    cgroups = [f"kubepods/pod{i}" for i in range(5)]
+    for round_ in range(3):
+        for n, cgroup in enumerate(cgroups):
+            v1.cpuacct(cgroup, round_ * 100 + n)
+        assert [reader.read_text(c, "cpuacct", "cpuacct.usage") for c in cgroups] == [
+            f"{round_ * 100 + n}\n" for n in range(5)
+        ]
+        assert reader.open_files == 2
+    reader.sweep()
+    reader.sweep()
+    assert reader.open_files == 0, "closed when no longer read"
+
+
+def test_a_removed_cgroup_is_found_gone_and_a_new_one_read_afresh(v1: V1Tree) -> None:
+    reader = usage.HierarchyReader(v1.info)
+    v1.cpuacct(POD_DIR, 5)
+    assert reader.read_text(POD_DIR, "cpuacct", "cpuacct.usage") == "5\n"
+    target = v1.host.cgroup_root / "cpu,cpuacct" / POD_DIR / "cpuacct.usage"
+    target.unlink()
+    v1.cpuacct(POD_DIR, 9)  # a new file at the same path (a recreated cgroup)
+    reader.reopen_seconds = 0.0
+    assert reader.read_text(POD_DIR, "cpuacct", "cpuacct.usage") == "9\n"
+    target.unlink()
+    assert reader.read_text(POD_DIR, "cpuacct", "cpuacct.usage") is None
+
+
+def test_proc_files_stay_open_and_follow_the_content(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path)
+    proc = usage.ProcFiles(host.paths)
+    host.write("/proc/loadavg", "0.10 0.20 0.30 1/100 42\n")
+    assert proc.read_text("loadavg").startswith("0.10")
+    host.write("/proc/loadavg", "0.50 0.20 0.30 1/100 42\n")
+    assert proc.read_text("loadavg").startswith("0.50")
+    with pytest.raises(FileNotFoundError):
+        proc.read_text("pressure/cpu")
+    proc.close()
+    assert proc.read_text("loadavg").startswith("0.50"), "reopened after close"
+    proc.close()
+
+
+def test_no_cgroups_reader() -> None:
+    reader = usage.NoCgroups()
+    assert reader.version == 2
+    assert reader.read_text("kubepods", "cpu", "cpu.stat") is None

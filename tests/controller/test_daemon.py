@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -100,3 +101,39 @@ def test_a_missing_named_config_exits_2(tmp_path: Path) -> None:
     _, err = process.communicate(timeout=30)
     assert process.returncode == 2
     assert b"absent.toml" in err
+
+
+def test_an_unreadable_mqtt_password_file_exits_2_naming_it(tmp_path: Path) -> None:
+    config = tmp_path / "controller.toml"
+    missing = tmp_path / "no-such-password"
+    config.write_text(f'[ingest]\ntransport = "mqtt"\n[mqtt]\npassword_file = "{missing}"\n')
+    process, _ = _start(tmp_path, "--config", str(config))
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 2
+    assert b"[mqtt]" in err
+    assert str(missing).encode() in err
+    assert not (tmp_path / "state").exists()
+
+
+def test_over_mqtt_it_serves_while_the_broker_is_down(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "controller.toml"
+    config.write_text(
+        '[ingest]\ntransport = "mqtt"\n'
+        f'[mqtt]\nhost = "127.0.0.1"\nport = {port}\nreconnect_min = 0.1\nreconnect_max = 0.5\n'
+    )
+    process, api = _start(tmp_path, "--config", str(config))
+    try:
+        _wait_reachable(api)
+        got = cli(api, "get", "nodes", "-o", "name")
+        assert got.returncode == 0
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stderr is not None
+        process.stderr.close()

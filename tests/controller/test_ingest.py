@@ -143,33 +143,144 @@ async def test_labels_and_spec_set_by_others_are_kept(store: Store) -> None:
     assert node.metadata.uid == stored.metadata.uid
 
 
-async def test_offline_status_marks_the_node_unknown(store: Store) -> None:
+def unreachable(node: Node) -> bool:
+    return any(t.key == "node.kubernetes.io/unreachable" for t in node.spec.taints)
+
+
+def stored_node(store: Store, name: str = "n1") -> Node:
+    node = store.get(kind_of(store, Node), name)
+    assert isinstance(node, Node)
+    return node
+
+
+async def test_offline_status_makes_the_node_not_ready_and_unschedulable(store: Store) -> None:
     ingest = Ingest(Bus(), store, clock=lambda: T0 + timedelta(minutes=2))
-    node_kind = kind_of(store, Node)
     await ingest.handle(message("n1", "node", encode_json(node_body("n1", T0))))
     assert await ingest.handle(message("n1", "status", status_body("online", T0))) == (
         Result.IGNORED
     )
     assert await ingest.handle(message("n1", "status", status_body("offline"))) == Result.APPLIED
-    node = store.get(node_kind, "n1")
-    assert isinstance(node, Node)
+    node = stored_node(store)
     ready = node.condition("Ready")
     assert ready is not None
     assert (ready.status, ready.reason, ready.message) == (
-        "Unknown",
+        "False",
         "NodeStatusUnknown",
         "agent went offline",
     )
     assert ready.last_heartbeat_time == T0
     assert ready.last_transition_time == T0 + timedelta(minutes=2)
+    assert [(t.key, t.effect) for t in node.spec.taints] == [
+        ("node.kubernetes.io/unreachable", "NoSchedule")
+    ]
     again = await ingest.handle(message("n1", "status", status_body("offline")))
     assert again == Result.UNCHANGED
-    # The agent comes back: a newer heartbeat makes the node Ready again.
+    # The same report replayed (a broker restart, a reconnect) does not bring it back ...
+    replay = await ingest.handle(message("n1", "node", encode_json(node_body("n1", T0))))
+    assert replay in (Result.STALE, Result.UNCHANGED)
+    assert not stored_node(store).is_ready
+    # ... a newer one does.
     fresh = node_body("n1", T0 + timedelta(minutes=3))
-    await ingest.handle(message("n1", "node", encode_json(fresh)))
-    back = store.get(node_kind, "n1")
-    assert isinstance(back, Node)
+    assert await ingest.handle(message("n1", "node", encode_json(fresh))) == Result.APPLIED
+    back = stored_node(store)
     assert back.is_ready
+    assert not unreachable(back)
+
+
+async def test_a_fresh_report_removes_only_the_unreachable_taint(store: Store) -> None:
+    ingest = Ingest(Bus(), store)
+    await ingest.handle(message("n1", "node", encode_json(node_body("n1", T0))))
+    node = stored_node(store)
+    gpu_only = Taint(key="nvidia.com/gpu", effect="NoSchedule", value="true")
+    store.update(
+        msgspec.structs.replace(node, spec=msgspec.structs.replace(node.spec, taints=(gpu_only,)))
+    )
+    await ingest.handle(message("n1", "status", status_body("offline")))
+    assert [t.key for t in stored_node(store).spec.taints] == [
+        "nvidia.com/gpu",
+        "node.kubernetes.io/unreachable",
+    ]
+    later = node_body("n1", T0 + timedelta(minutes=1))
+    await ingest.handle(message("n1", "node", encode_json(later)))
+    assert stored_node(store).spec.taints == (gpu_only,)
+
+
+async def test_online_after_offline_restores_the_last_node_on_the_bus(store: Store) -> None:
+    """A dropped connection: the will marks the node, the reconnect's online brings it back."""
+    bus = Bus()
+    ingest = Ingest(bus, store)
+    body = encode_json(node_body("n1", T0))
+    bus.publish(node_topic("n1", "node"), body, retain=True)
+    await ingest.handle(message("n1", "node", body))
+    await ingest.handle(message("n1", "status", status_body("online", T0)))
+    await ingest.handle(message("n1", "status", status_body("offline")))
+    assert not stored_node(store).is_ready
+    # The reconnecting agent republishes the same Node (skipped) and its online.
+    assert await ingest.handle(message("n1", "node", body)) == Result.UNCHANGED
+    assert not stored_node(store).is_ready
+    assert await ingest.handle(message("n1", "status", status_body("online", T0))) == (
+        Result.APPLIED
+    )
+    back = stored_node(store)
+    assert back.is_ready
+    assert not unreachable(back)
+
+
+async def test_online_after_a_stale_replay_lets_the_current_node_restore(store: Store) -> None:
+    """A broker restored from an old save: older bodies and an offline, then the agent."""
+    bus = Bus()
+    ingest = Ingest(bus, store)
+    current = encode_json(node_body("n1", T0 + timedelta(minutes=5)))
+    await ingest.handle(message("n1", "node", current))
+    await ingest.handle(message("n1", "status", status_body("online", T0)))
+    old = encode_json(node_body("n1", T0))
+    bus.publish(node_topic("n1", "node"), old, retain=True)  # what the replay left on the bus
+    replay = [message("n1", "node", old), message("n1", "status", status_body("offline"))]
+    assert await ingest.handle_many(replay) == [Result.STALE, Result.APPLIED]
+    # The agent reconnects: its online first (the bus holds only the old Node), then its Node.
+    assert await ingest.handle(message("n1", "status", status_body("online", T0))) == (
+        Result.IGNORED
+    )
+    assert not stored_node(store).is_ready
+    assert await ingest.handle(message("n1", "node", current)) == Result.APPLIED
+    back = stored_node(store)
+    assert back.is_ready
+    assert not unreachable(back)
+
+
+async def test_an_offline_said_before_the_last_report_is_stale(store: Store) -> None:
+    ingest = Ingest(Bus(), store)
+    await ingest.handle(message("n1", "node", encode_json(node_body("n1", T0))))
+    old = status_body("offline", T0 - timedelta(minutes=5))
+    assert await ingest.handle(message("n1", "status", old)) == Result.STALE
+    assert stored_node(store).is_ready
+
+
+async def test_a_replayed_retained_state_never_rolls_the_store_back(store: Store) -> None:
+    """A broker restored from an old save replays older retained bodies: all stale."""
+    ingest = Ingest(Bus(), store)
+    early, late = T0, T0 + timedelta(minutes=5)
+    metric = NodeMetric(metadata=ObjectMeta(name="n1"), status=NodeMetricStatus(update_time=late))
+    newest = [
+        message("n1", "node", encode_json(node_body("n1", late))),
+        message("n1", "device", encode_json(device_body("n1", late))),
+        message("n1", "nodemetric", encode_json(metric)),
+    ]
+    assert await ingest.handle_many(newest) == [Result.APPLIED] * 3
+    version = store.resource_version
+    old_metric = msgspec.structs.replace(metric, status=NodeMetricStatus(update_time=early))
+    replay = [
+        message("n1", "device", encode_json(device_body("n1", early))),
+        message("n1", "node", encode_json(node_body("n1", early, labels={"old": "yes"}))),
+        message("n1", "nodemetric", encode_json(old_metric)),
+        message("n1", "status", status_body("offline", early)),
+    ]
+    assert await ingest.handle_many(replay) == [Result.STALE] * 4
+    assert store.resource_version == version
+    # The agent's current bodies, republished after the restart, change nothing either.
+    assert await ingest.handle_many(newest) == [Result.UNCHANGED] * 3
+    assert store.resource_version == version
+    assert stored_node(store).is_ready
 
 
 async def test_events_are_created_with_generated_names(store: Store) -> None:
@@ -212,18 +323,80 @@ async def test_bad_payloads_are_dropped_and_logged(
     assert store.list(kind_of(store, Node))[0] == []
 
 
-async def test_a_body_for_another_node_is_refused(store: Store) -> None:
-    ingest = Ingest(Bus(), store)
-    body = encode_json(node_body("n2", T0))
-    assert await ingest.handle(message("n1", "node", body)) == Result.INVALID
+def count(registry: CollectorRegistry, leaf: str, result: str) -> float:
+    value = registry.get_sample_value(
+        "koordpy_ingest_messages_total", {"leaf": leaf, "result": result}
+    )
+    return value or 0.0
+
+
+async def test_bodies_for_another_node_and_foreign_topics_are_counted(store: Store) -> None:
+    registry = CollectorRegistry()
+    ingest = Ingest(Bus(), store, registry=registry)
+    await ingest.handle(message("n1", "node", encode_json(node_body("n1", T0))))
+    stored = stored_node(store)
+    impostor = encode_json(node_body("n2", T0 + timedelta(minutes=1), labels={"evil": "yes"}))
+    assert await ingest.handle(message("n1", "node", impostor)) == Result.FOREIGN
+    device = encode_json(device_body("n2", T0))
+    assert await ingest.handle(message("n1", "device", device)) == Result.FOREIGN
+    assert await ingest.handle(Message("koordpy/v1/nodes/n1/bogus", b"{}")) == Result.FOREIGN
+    assert await ingest.handle(Message("koordpy/v1/other", b"{}")) == Result.FOREIGN
+    assert [n.name for n in store.list(kind_of(store, Node))[0]] == ["n1"]
+    assert stored_node(store) == stored
+    assert store.list(kind_of(store, Device))[0] == []
+    assert count(registry, "node", "foreign") == 1
+    assert count(registry, "device", "foreign") == 1
+    assert count(registry, "unknown", "foreign") == 2
+
+
+async def test_oversized_payloads_are_dropped_undecoded(store: Store) -> None:
+    registry = CollectorRegistry()
+    ingest = Ingest(Bus(), store, registry=registry, max_payload=4096)
+    body = encode_json(node_body("n1", T0))
+    padded = body[:-1] + b',"padding":"' + b"x" * 4096 + b'"}'
+    assert await ingest.handle(message("n1", "node", padded)) == Result.OVERSIZED
     assert store.list(kind_of(store, Node))[0] == []
+    assert await ingest.handle(message("n1", "node", body)) == Result.APPLIED
+    assert count(registry, "node", "oversized") == 1
+    assert count(registry, "node", "applied") == 1
 
 
 async def test_other_topics_are_ignored(store: Store) -> None:
     ingest = Ingest(Bus(), store)
     assert await ingest.handle(message("n1", "pods", b"{}")) == Result.IGNORED
     assert await ingest.handle(message("n1", "node", b"")) == Result.IGNORED
-    assert await ingest.handle(Message("koordpy/v1/other", b"{}")) == Result.IGNORED
+
+
+async def test_a_repeated_body_is_not_decoded_again(store: Store) -> None:
+    ingest = Ingest(Bus(), store)
+    body = encode_json(node_body("n1", T0))
+    assert await ingest.handle(message("n1", "node", body)) == Result.APPLIED
+    node = stored_node(store)
+    assert await ingest.handle(message("n1", "node", body)) == Result.UNCHANGED
+    assert stored_node(store) is node
+    later = encode_json(node_body("n1", T0 + timedelta(minutes=1)))
+    assert await ingest.handle(message("n1", "node", later)) == Result.APPLIED
+
+
+async def test_a_batch_commits_what_is_valid_and_reports_each_message(store: Store) -> None:
+    ingest = Ingest(Bus(), store)
+    bad_label = node_body("n2", T0, labels={"not a label key!": "x"})
+    batch = [
+        message("n1", "node", encode_json(node_body("n1", T0))),
+        message("n2", "node", encode_json(bad_label)),
+        message("n3", "node", b"{"),
+        message("n4", "node", encode_json(node_body("n4", T0))),
+        message("n1", "node", encode_json(node_body("n1", T0 - timedelta(minutes=1)))),
+    ]
+    results = await ingest.handle_many(batch)
+    assert results == [
+        Result.APPLIED,
+        Result.INVALID,
+        Result.INVALID,
+        Result.APPLIED,
+        Result.STALE,
+    ]
+    assert [n.name for n in store.list(kind_of(store, Node))[0]] == ["n1", "n4"]
 
 
 async def test_agents_on_the_bus_reach_the_store(store: Store) -> None:
@@ -280,3 +453,33 @@ async def test_agents_on_the_bus_reach_the_store(store: Store) -> None:
         "koordpy_ingest_messages_total", {"leaf": "device", "result": "applied"}
     )
     assert applied == 2
+
+
+async def test_after_falling_behind_it_resynchronises_to_the_newest_state(store: Store) -> None:
+    bus = Bus(queue_size=8)
+    registry = CollectorRegistry()
+    ingest = Ingest(bus, store, registry=registry)
+    task = asyncio.create_task(ingest.run(), name="ingest")
+    try:
+        await asyncio.sleep(0)  # subscribed
+        # A burst larger than the queue, published without yielding: the ingest overflows.
+        for minute in range(20):
+            for name in ("n1", "n2"):
+                body = encode_json(node_body(name, T0 + timedelta(minutes=minute)))
+                bus.publish(node_topic(name, "node"), body, retain=True)
+        newest = T0 + timedelta(minutes=19)
+        async with asyncio.timeout(10):
+            with store.watch(kind_of(store, Node)) as changes:
+                beats: dict[str, datetime | None] = {}
+                async for change in changes:
+                    node = change.object
+                    assert isinstance(node, Node)
+                    ready = node.condition("Ready")
+                    beats[node.name] = ready.last_heartbeat_time if ready else None
+                    if beats == {"n1": newest, "n2": newest}:
+                        break
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert registry.get_sample_value("koordpy_ingest_resyncs_total") == 1

@@ -6,6 +6,7 @@ both at a tree built here instead of patching ``open``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from agent.config import AgentConfig, CgroupSection, HostPaths
@@ -101,3 +102,41 @@ class FakeHost:
     def use_v2(self) -> None:
         self.write_mountinfo(MOUNTINFO_V2)
         self.write_cgroup("", "cgroup.controllers", "cpuset cpu io memory hugetlb pids\n")
+
+    # --- usage files (metrics) ----------------------------------------------------------------
+
+    def write_proc_stat(self, cpus: Sequence[tuple[int, int]]) -> None:
+        """``/proc/stat`` with one ``(used, idle)`` jiffies pair per CPU: the used jiffies go
+        to ``user``, the ``cpu`` line sums them (``steal`` is never counted: it gets 7)."""
+        used = sum(u for u, _ in cpus)
+        idle = sum(i for _, i in cpus)
+        lines = [f"cpu  {used} 0 0 {idle} 0 0 0 7 0 0"]
+        lines += [f"cpu{n} {u} 0 0 {i} 0 0 0 7 0 0" for n, (u, i) in enumerate(cpus)]
+        lines += ["intr 12345 0 0", "ctxt 678", "btime 1700000000", "processes 4321"]
+        self.write("/proc/stat", "\n".join(lines) + "\n")
+
+    def write_meminfo(self, *, total: int, free: int, available: int) -> None:
+        """``/proc/meminfo`` from byte counts (written in kB, as the kernel does)."""
+        self.write(
+            "/proc/meminfo",
+            f"MemTotal:       {total // 1024} kB\nMemFree:        {free // 1024} kB\n"
+            f"MemAvailable:   {available // 1024} kB\nBuffers:           1024 kB\n"
+            "Cached:          204800 kB\n",
+        )
+
+    def write_pressure(
+        self,
+        relative_dir: str | None,
+        resource: str,
+        some: tuple[float, float, float],
+        full: tuple[float, float, float] | None = None,
+    ) -> None:
+        """A PSI file: the node's ``/proc/pressure/<resource>`` when ``relative_dir`` is None,
+        else ``<resource>.pressure`` in that cgroup directory (relative to the cgroup root)."""
+        text = "some avg10={:.2f} avg60={:.2f} avg300={:.2f} total=12345\n".format(*some)
+        if full is not None:
+            text += "full avg10={:.2f} avg60={:.2f} avg300={:.2f} total=678\n".format(*full)
+        if relative_dir is None:
+            self.write(f"/proc/pressure/{resource}", text)
+        else:
+            self.write_cgroup(relative_dir, f"{resource}.pressure", text)

@@ -12,6 +12,7 @@ from koordpy.bus import (
     BusOverflow,
     Message,
     Subscription,
+    check_filter,
     node_topic,
     parse_node_topic,
     topic_matches,
@@ -232,3 +233,39 @@ async def test_iteration_raises_overflow_and_ends_on_close() -> None:
     bus.publish("b/1", b"1")
     closing.close()
     assert [m.payload async for m in closing] == [b"1"]
+
+
+def test_get_nowait_reads_what_is_queued_and_never_waits() -> None:
+    bus = Bus()
+    sub = bus.subscribe("a/+")
+    assert sub.get_nowait() is None
+    bus.publish("a/1", b"one")
+    bus.publish("a/2", b"two")
+    assert sub.get_nowait() == Message("a/1", b"one")
+    assert sub.get_nowait() == Message("a/2", b"two")
+    assert sub.get_nowait() is None
+    sub.close()
+    with pytest.raises(BusError):
+        sub.get_nowait()
+
+
+async def test_get_nowait_reports_an_overflow_to_every_later_read() -> None:
+    bus = Bus(queue_size=2)
+    sub = bus.subscribe("a/#")
+    for i in range(3):
+        bus.publish("a/b", str(i).encode())
+    with pytest.raises(BusOverflow):
+        sub.get_nowait()
+    with pytest.raises(BusOverflow):
+        await sub.get()
+
+
+@pytest.mark.parametrize("topic_filter", ["a/#/b", "a/b+", "", "a\0"])
+def test_check_filter_rejects_invalid_filters(topic_filter: str) -> None:
+    with pytest.raises(BusError):
+        check_filter(topic_filter)
+
+
+def test_check_filter_accepts_wildcards() -> None:
+    for topic_filter in ("#", "a/+/c", "koordpy/v1/nodes/+/+", "a/#"):
+        check_filter(topic_filter)

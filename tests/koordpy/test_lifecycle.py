@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -450,3 +451,16 @@ def test_notify_failure_is_logged_not_raised(
     missing = tmp_path / "gone.sock"
     assert lifecycle.notify_ready(environ={"NOTIFY_SOCKET": str(missing)}) is False
     assert "cannot notify systemd" in caplog.text
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        lowered = min(soft, 256)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowered, hard))
+        raised = lifecycle.raise_open_files_limit()
+        now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert raised == now
+        assert now == (lowered if hard == resource.RLIM_INFINITY else hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from apis.core import Container, Pod, PodSpec, ResourceRequirements
 from apis.kinds import default_registry
@@ -187,3 +190,45 @@ def test_tcp_api_requires_the_bearer_token(tmp_path: Path) -> None:
         assert allowed.returncode == 0, allowed.stderr
         assert names(table_rows(allowed.stdout)) == ["test-host"]
         assert up.stop() == 0
+
+
+def _meminfo_used() -> int:
+    """MemTotal - MemAvailable of this host, bytes."""
+    fields = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        fields[name] = int(rest.split()[0]) * 1024
+    return fields["MemTotal"] - fields["MemAvailable"]
+
+
+def test_the_agent_endpoint_serves_this_hosts_usage(tmp_path: Path) -> None:
+    with running_up(tmp_path) as up:
+        (line,) = [line for line in up.stdout if "agent metrics" in line]
+        url = line.split()[-1]
+        deadline = time.monotonic() + 30
+        cpu = memory = None
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                text = response.read().decode()
+            samples = {
+                sample.name: sample
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.labels.get("node") == "test-host"
+            }
+            cpu, memory = (
+                samples.get("koordlet_node_used_cpu_cores"),
+                samples.get("koordlet_node_used_memory_bytes"),
+            )
+            if cpu is not None and memory is not None:
+                break
+            time.sleep(0.5)
+        used = _meminfo_used()
+        assert up.stop() == 0
+    assert cpu is not None, "node CPU is served once a tick measured it"
+    assert cpu.value > 0, "this host runs the agent at least"
+    assert memory is not None
+    # The same figure /proc/meminfo gives, a tick apart.
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert abs(memory.value - used) <= 0.1 * total
+    assert "koordlet_start_time" in text
