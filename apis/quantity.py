@@ -113,6 +113,14 @@ def _round_away(value: Fraction) -> int:
 def to_canonical(name: str, value: str | int | float) -> int:
     """Parse ``value`` for resource ``name`` into its canonical integer unit."""
     if isinstance(value, str):
+        # Reports are full of plain integers ("123456789") and millis ("250m"), each seen
+        # once: read them directly (exactly what the general path gives, without Fraction).
+        digits = value[:-1] if value[-1:] == "m" else value
+        if 0 < len(digits) <= 15 and digits.isascii() and digits.isdigit():
+            amount = int(digits)
+            if digits is value:
+                return amount * 1000 if is_milli_resource(name) else amount
+            return amount if is_milli_resource(name) else -(-amount // 1000)
         return _canonical_text(name, value)
     return _canonical(name, value)
 

@@ -49,7 +49,11 @@ class ResourceList(Mapping[str, int]):
                 parsed[name] = to_canonical(name, value)
             except QuantityError as err:
                 raise QuantityError(f"resource {name!r}: {err}") from None
-        return cls(parsed)
+        # Every name and amount is checked above: skip the constructor's second pass.
+        made = cls.__new__(cls)
+        made._data = dict(sorted(parsed.items()))
+        made._hash = None
+        return made
 
     def to_wire(self) -> dict[str, str]:
         """Quantities as Kubernetes prints them."""

@@ -22,6 +22,7 @@ from apis.core import Node, Pod
 from apis.kinds import Kind
 from apis.meta import Object
 from apis.slo import NodeSLO
+from controller.errors import NotFound
 from controller.store import Store
 from koordpy.bus import Bus, node_topic
 
@@ -39,7 +40,12 @@ def pod_list(pods: Iterable[Pod]) -> bytes:
 
 
 class NodeFeed:
-    """A supervised component publishing each node's pods and NodeSLO on the bus."""
+    """A supervised component publishing each node's pods and NodeSLO on the bus.
+
+    It keeps the pods indexed by node from the store's watch, so a change costs the work of
+    the nodes it touches; a Node's own updates (heartbeats, status) touch nothing here: only a
+    Node appearing or going away does.
+    """
 
     name = "nodefeed"
 
@@ -50,8 +56,10 @@ class NodeFeed:
         self._slo_kind: Kind = store.registry.for_type(NodeSLO)
         self._node_kind: Kind = store.registry.for_type(Node)
         self._sent: dict[str, bytes] = {}
-        #: pod uid -> the node it was bound to at its last change (a rebind touches both).
+        #: pod uid -> the node it is bound to (a rebind touches both nodes).
         self._placed: dict[str, str] = {}
+        #: node -> pod uid -> pod, for every bound pod.
+        self._bound: dict[str, dict[str, Pod]] = {}
 
     def _publish(self, topic: str, body: bytes) -> None:
         if self._sent.get(topic) == body:
@@ -59,55 +67,64 @@ class NodeFeed:
         self._sent[topic] = body
         self._bus.publish(topic, body, retain=True)
 
-    def _bound_to(self, node: str) -> list[Pod]:
-        pods, _ = self._store.list(self._pods_kind)
-        return [p for p in pods if isinstance(p, Pod) and p.spec.node_name == node]
+    def _place(self, pod: Pod, *, deleted: bool = False) -> set[str]:
+        """Index ``pod``; the nodes whose pod list changed."""
+        uid = pod.metadata.uid
+        touched: set[str] = set()
+        before = self._placed.pop(uid, None)
+        if before:
+            touched.add(before)
+            on_node = self._bound.get(before)
+            if on_node is not None:
+                on_node.pop(uid, None)
+                if not on_node:
+                    del self._bound[before]
+        node = pod.spec.node_name
+        if node and not deleted:
+            self._placed[uid] = node
+            self._bound.setdefault(node, {})[uid] = pod
+            touched.add(node)
+        return touched
 
     def publish_node(self, node: str) -> None:
         """Publish ``node``'s pods and NodeSLO as the store holds them now."""
         if not node:
             return
-        self._publish(node_topic(node, "pods"), pod_list(self._bound_to(node)))
-        slo = self._store.snapshot().get(self._slo_kind, node)
+        self._publish(node_topic(node, "pods"), pod_list(self._bound.get(node, {}).values()))
+        try:
+            slo = self._store.get(self._slo_kind, node)
+        except NotFound:
+            slo = None
         self._publish(node_topic(node, "nodeslo"), b"" if slo is None else codec.encode_json(slo))
 
-    def _nodes_of(self, obj: Object) -> set[str]:
-        if isinstance(obj, Pod):
-            return {obj.spec.node_name} if obj.spec.node_name else set()
-        if isinstance(obj, NodeSLO | Node):
-            return {obj.metadata.name}
-        return set()
-
     def publish_all(self) -> None:
+        self._placed.clear()
+        self._bound.clear()
         nodes: set[str] = set()
         pods, _ = self._store.list(self._pods_kind)
         for pod in pods:
-            nodes |= self._nodes_of(pod)
-            if isinstance(pod, Pod) and pod.spec.node_name:
-                self._placed[pod.metadata.uid] = pod.spec.node_name
+            if isinstance(pod, Pod):
+                nodes |= self._place(pod)
         for kind in (self._slo_kind, self._node_kind):
-            for obj in self._store.list(kind)[0]:
-                nodes |= self._nodes_of(obj)
+            nodes.update(obj.metadata.name for obj in self._store.list(kind)[0])
         for node in sorted(nodes):
             self.publish_node(node)
+
+    def _touched(self, event_type: str, obj: Object) -> set[str]:
+        if isinstance(obj, Pod):
+            return self._place(obj, deleted=event_type == "DELETED")
+        if isinstance(obj, NodeSLO):
+            return {obj.metadata.name}
+        if isinstance(obj, Node) and event_type != "MODIFIED":
+            return {obj.metadata.name}
+        return set()
 
     async def run(self) -> None:
         with self._store.watch(None, resource_version=self._store.resource_version) as changes:
             self.publish_all()
-            placed = self._placed
             async for first in changes:
                 touched: set[str] = set()
                 for event in (first, *changes.drain()):
-                    obj = event.object
-                    touched |= self._nodes_of(obj)
-                    if isinstance(obj, Pod):
-                        uid = obj.metadata.uid
-                        before = placed.get(uid)
-                        if before:
-                            touched.add(before)
-                        if str(event.type) == "DELETED" or not obj.spec.node_name:
-                            placed.pop(uid, None)
-                        else:
-                            placed[uid] = obj.spec.node_name
+                    touched |= self._touched(str(event.type), event.object)
                 for node in sorted(touched):
                     self.publish_node(node)

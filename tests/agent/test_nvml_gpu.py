@@ -7,19 +7,27 @@ test skips with the reason.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
-from agent.config import HostPaths
+from agent import daemon
+from agent.config import AgentConfig, HostPaths, MetricsSection
 from agent.devices import pci
 from agent.devices.nvidia import NvidiaProbe, nvidia_gpus
 from agent.devices.nvml import MemoryInfo, PynvmlApi, XidEvent
 from agent.errors import Unsupported
-from apis.codec import encode_json
+from apis.codec import decode_json, encode_json
+from apis.slo import NodeMetric
+from koordpy.bus import Bus, node_topic
+from tests.crdschema import schema_errors, validator
 
 pytestmark = pytest.mark.gpu
 
@@ -124,3 +132,43 @@ async def test_the_probe_on_this_host(api: PynvmlApi) -> None:
     assert {d.id for d in result.devices} == {
         api.uuid(api.handle_by_index(i)) for i in range(api.device_count())
     }
+
+
+async def test_the_agent_reports_this_hosts_gpus_in_nodemetric_and_metrics(
+    api: PynvmlApi, shared_dir: Path
+) -> None:
+    """The whole agent on this host: the real NVML probe's readings reach the NodeMetric
+    (per GPU gpu-core, gpu-memory, gpu-memory-ratio) and the metrics endpoint."""
+    bus, stop = Bus(), asyncio.Event()
+    registry = CollectorRegistry()
+    cfg = AgentConfig(metrics=MetricsSection(collect_interval=0.2, report_interval=3600.0))
+    task = asyncio.create_task(
+        daemon.run(
+            cfg, bus=bus, stop=stop, node="gpu-host", detect_cgroups=False, registry=registry
+        )
+    )
+    topic = node_topic("gpu-host", "nodemetric")
+    try:
+        async with asyncio.timeout(60):
+            while not list(bus.retained(topic)):  # noqa: ASYNC110 - bus state, no event
+                await asyncio.sleep(0.1)
+        exposition = generate_latest(registry).decode()
+    finally:
+        stop.set()
+        async with asyncio.timeout(15):
+            await task
+    (message,) = bus.retained(topic)
+    raw = json.loads(message.payload)
+    print(f"nodeUsage: {json.dumps(raw['status']['nodeMetric']['nodeUsage'])}")
+    assert schema_errors(validator(shared_dir, "slo.koordinator.sh/NodeMetric"), raw) == []
+    usage = decode_json(message.payload, NodeMetric).status.node_metric
+    assert usage is not None
+    devices = usage.node_usage.devices
+    assert len(devices) == api.device_count()
+    uuids = {api.uuid(api.handle_by_index(i)) for i in range(api.device_count())}
+    assert {d.id for d in devices} == uuids
+    for device in devices:
+        assert device.resources.get("koordinator.sh/gpu-memory", 0) > 0, "the driver holds some"
+    lines = [line for line in exposition.splitlines() if line.startswith("koordpy_device_")]
+    print("\n".join(lines[:12]))
+    assert any(line.startswith("koordpy_device_memory_total_bytes") for line in lines)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from apis import quantity
 from apis.quantity import (
     MAX_QUANTITY,
     QuantityError,
@@ -142,3 +143,23 @@ _AMOUNTS = st.one_of(
 @given(name=_NAMES, amount=_AMOUNTS)
 def test_format_then_parse_is_the_identity(name: str, amount: int) -> None:
     assert to_canonical(name, format_quantity(name, amount)) == amount
+
+
+@given(
+    name=st.sampled_from(["cpu", "memory", "kubernetes.io/batch-cpu", "koordinator.sh/gpu-core"]),
+    digits=st.text(alphabet="0123456789", min_size=1, max_size=20),
+    milli=st.booleans(),
+)
+def test_plain_and_milli_integers_read_as_the_general_parser_reads_them(
+    name: str, digits: str, milli: bool
+) -> None:
+    text = f"{digits}m" if milli else digits
+    try:
+        expected: int | str = quantity._canonical(name, text)
+    except QuantityError as err:
+        expected = f"error: {err}"
+    try:
+        got: int | str = to_canonical(name, text)
+    except QuantityError as err:
+        got = f"error: {err}"
+    assert got == expected
