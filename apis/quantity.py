@@ -152,6 +152,9 @@ def _format_units(amount: int, *, binary: bool) -> str:
         return "0"
     sign = "-" if amount < 0 else ""
     magnitude = abs(amount)
+    if magnitude % 1000 and (not binary or magnitude % 1024):
+        # Every suffix is a multiple of 1000 (or of 1024 for binary ones): none fits.
+        return sign + str(magnitude)
     text = None
     if binary:
         text = _format_suffixed(magnitude, _BINARY_OUT, 2)
