@@ -468,7 +468,7 @@ async def run(
         components.extend(c for c in (pods, follower) if c is not None)
         if run_qos and cgroup is not None and pods is not None and follower is not None:
             loop = _qos_loop(cfg, name, cgroup, bus, publisher, reporter, pods, follower, sampler)
-            loop.writer = health.CountingWriter.replacing(loop.writer, node_health)
+            loop.on_pass = lambda result: node_health.writes(result.results)
             components.append(loop)
             if registry is not None and loop.gauges is not None:
                 registry.register(loop.gauges)

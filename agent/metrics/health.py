@@ -35,9 +35,8 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from agent.cgroups.writer import CgroupWriter, WriteResult, WriteStatus
+from agent.cgroups.writer import WriteResult, WriteStatus
 from agent.metrics.snapshot import MetricsSnapshot
-from agent.qos.framework import CgroupWrite
 from agent.report.transport import Publisher, StateLeaf
 from apis.core import Event
 from apis.meta import Object
@@ -47,7 +46,6 @@ __all__ = [
     "FAILED_WRITES",
     "AgentHealth",
     "CountingPublisher",
-    "CountingWriter",
     "NodeHealth",
     "health_of",
 ]
@@ -161,28 +159,3 @@ class CountingPublisher:
             self._health.report("events", "failed")
             raise
         self._health.report("events", "sent")
-
-
-class CountingWriter(CgroupWriter):
-    """A :class:`~agent.cgroups.writer.CgroupWriter` that counts its failed writes."""
-
-    health: NodeHealth | None = None
-
-    def apply(self, writes: Iterable[CgroupWrite]) -> list[WriteResult]:
-        results = super().apply(writes)
-        if self.health is not None:
-            self.health.writes(results)
-        return results
-
-    @classmethod
-    def replacing(cls, writer: CgroupWriter, health: NodeHealth) -> CountingWriter:
-        """A fresh counting writer configured as ``writer`` (which must not have written yet:
-        its cache is not carried over)."""
-        counting = cls(
-            writer.files,
-            clock=writer._clock,
-            refresh_seconds=writer.refresh_seconds,
-            cap_burst=writer.cap_burst,
-        )
-        counting.health = health
-        return counting

@@ -105,6 +105,8 @@ class QoSLoop:
     nodeslo: Callable[[], NodeSLOSpec | None] = lambda: None
     evictor: Evictor | None = None
     on_node_resources: Callable[[ResourceList | None], None] | None = None
+    #: Told of every pass's result (the agent's health metrics count its failed writes).
+    on_pass: Callable[[PassResult], object] | None = None
     gauges: GaugeCollector | None = None
     interval: float = 1.0
     clock: Callable[[], float] = time.monotonic
@@ -227,9 +229,12 @@ class QoSLoop:
             self.on_node_resources(outcome.node_resources)
         if self.gauges is not None:
             self.gauges.gauges = outcome.gauges
-        return PassResult(
+        result = PassResult(
             snapshot=snapshot, outcome=outcome, results=results, evicted=tuple(evicted)
         )
+        if self.on_pass is not None:
+            self.on_pass(result)
+        return result
 
     async def run(self) -> None:
         if self.synced is not None and not self.synced.is_set():

@@ -382,9 +382,7 @@ def test_failed_cgroup_writes_are_counted_by_status(tmp_path: Path) -> None:
     cfg = host.config()
     info = detect.detect(cfg.host, cfg.cgroup)
     registry = CollectorRegistry()
-    writer = health.CountingWriter.replacing(
-        CgroupWriter(CgroupFiles(info)), health.health_of(registry).node("n1")
-    )
+    writer = CgroupWriter(CgroupFiles(info))
     results = writer.apply(
         [
             CgroupWrite("kubepods/besteffort", Resource.CPU_SHARES, 4, "test"),
@@ -397,6 +395,7 @@ def test_failed_cgroup_writes_are_counted_by_status(tmp_path: Path) -> None:
         WriteStatus.VANISHED,
         WriteStatus.REJECTED,
     ]
+    assert health.health_of(registry).node("n1").writes(results) == 2
     errors = "koordpy_agent_cgroup_write_errors_total"
     assert registry.get_sample_value(errors, {"node": "n1", "status": "vanished"}) == 1
     assert registry.get_sample_value(errors, {"node": "n1", "status": "rejected"}) == 1

@@ -19,7 +19,7 @@ from agent.metrics.collector import build_collector
 from agent.node import HostFacts, build_node
 from agent.qos import service
 from agent.qos.framework import Eviction, NodeSnapshot, Outcome
-from agent.qos.loop import QoSLoop
+from agent.qos.loop import PassResult, QoSLoop
 from agent.qos.settings import ColocationSettings
 from apis import codec
 from apis.core import Pod
@@ -315,6 +315,19 @@ async def test_evictions_go_to_the_evictor_and_a_broken_strategy_stops_nothing(
     assert [e.pod.metadata.name for e in evictor.seen] == ["spark-executor"]
     assert result.evicted == ("batch/spark-executor",)
     assert any(w.strategy == "cpuset_pool" for w in result.outcome.writes)
+
+
+async def test_every_pass_result_reaches_the_pass_hook(tmp_path: Path) -> None:
+    _, cfg, _ = _host(tmp_path, v2=False)
+    clock = Clock()
+    loop = _loop(cfg, Settings(), clock)
+    seen: list[PassResult] = []
+    loop.on_pass = seen.append
+    first = await loop.run_once()
+    clock.now += 1
+    second = await loop.run_once()
+    assert seen == [first, second], "the hook sees what run_once returns, once per pass"
+    assert first.results, "the first pass writes the pools: its write results are there to count"
 
 
 @pytest.mark.slow
