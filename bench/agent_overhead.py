@@ -29,7 +29,6 @@ import contextlib
 import http.client
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ import psutil
 
 from apis.codec import encode_json
 from bench.agent_qos import Host, _pods
+from bench.ports import free_port as _free_port
 
 __all__ = ["main"]
 
@@ -52,13 +52,6 @@ MIB = 1 << 20
 RSS_TARGET_MIB = 80.0
 CPU_TARGET = 0.02
 NODE = "bench"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _on_cpu_ns(pid: int) -> int:

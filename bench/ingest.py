@@ -69,6 +69,7 @@ from apis.slo import (
     PodMetricInfo,
     ResourceMap,
 )
+from bench.ports import free_port
 from koordpy.bus import REPORTED_AT_ANNOTATION, node_topic
 
 __all__ = ["main"]
@@ -273,13 +274,6 @@ def generate(
 
 
 # --- the broker and the controller ----------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "MetricsEndpoint",
     "Rendered",
     "attached",
+    "escape_label_value",
     "parse_listen_address",
     "render",
     "render_gzip",
@@ -135,7 +136,8 @@ def _value(value: float) -> str:
     return repr(number)
 
 
-def _label_value(value: str) -> str:
+def escape_label_value(value: str) -> str:
+    """A label value escaped for the text format (backslash, newline, double quote)."""
     if "\\" in value or "\n" in value or '"' in value:
         return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
     return value
@@ -144,7 +146,9 @@ def _label_value(value: str) -> str:
 def _sample(sample: Sample) -> str:
     name = _metric_name(sample.name)
     if sample.labels:
-        pairs = ",".join(f'{_label_name(k)}="{_label_value(v)}"' for k, v in sample.labels.items())
+        pairs = ",".join(
+            f'{_label_name(k)}="{escape_label_value(v)}"' for k, v in sample.labels.items()
+        )
         name = f"{name}{{{pairs}}}"
     if sample.timestamp is None:
         return f"{name} {_value(sample.value)}\n"

@@ -73,6 +73,7 @@ from apis.quantity import is_milli_resource
 from apis.resources import ResourceList
 from apis.slo import NodeMetric, ResourceMap
 from koordpy import exposition
+from koordpy.exposition import escape_label_value as _esc
 
 __all__ = ["FAMILIES", "NodeUsage", "UsageExporter", "exported", "resource_unit"]
 
@@ -211,6 +212,7 @@ def _amount(name: str, amount: int) -> str:
 
 
 def _num(number: float) -> str:
+    """A sample value; whole numbers without a fraction (shorter scrapes)."""
     value = float(number)
     if value.is_integer() and abs(value) < 1e15:
         return str(int(value))
@@ -219,12 +221,6 @@ def _num(number: float) -> str:
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     return repr(value)
-
-
-def _esc(value: str) -> str:
-    if "\\" in value or '"' in value or "\n" in value:
-        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return value
 
 
 def _cores(millicores: float) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -24,18 +23,12 @@ from prometheus_client import CollectorRegistry
 from agent.metrics import exporter, health
 from agent.metrics.snapshot import MetricsSnapshot
 from koordpy import exposition, lifecycle
+from tests.fakes.net import free_port
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 PROMETHEUS = shutil.which("prometheus")
 NODE = "scraped-node"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass

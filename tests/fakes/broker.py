@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 
 from koordpy.mqtt import MqttSettings
+from tests.fakes.net import free_port
 from tests.fakes.tls import CertAuthority, make_ca
 
 __all__ = ["MOSQUITTO", "SHIPPED", "Broker", "free_port", "mosquitto", "running_broker"]
@@ -59,13 +60,6 @@ def mosquitto() -> str:
     if not os.access(MOSQUITTO, os.X_OK):
         pytest.skip(reason=f"mosquitto is not installed ({MOSQUITTO}); apt-get install mosquitto")
     return MOSQUITTO
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class Broker:

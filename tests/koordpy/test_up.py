@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import threading
 import time
 import urllib.request
@@ -21,6 +20,7 @@ from apis.resources import ResourceList
 from controller.api.client import Applied, Client
 from koordpy.up import DEMO_NODES
 from tests.crdschema import schema_errors, validator
+from tests.fakes.net import free_port as _free_port
 from tests.koordpy.daemons import cli, names, running_up, table_rows
 
 pytestmark = pytest.mark.slow
@@ -170,13 +170,6 @@ def test_bad_config_exits_2_before_starting(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "addres" in result.stderr
     assert not (tmp_path / "s").exists()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_tcp_api_requires_the_bearer_token(tmp_path: Path) -> None:
