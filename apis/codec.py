@@ -48,9 +48,16 @@ def _dec_hook(target: type, value: Any) -> Any:
     raise NotImplementedError(f"no decoder for {target!r}")
 
 
+def _json_dec_hook(target: type, value: Any) -> Any:
+    # The decoder's maps are fresh and held by nobody else: a resource list may keep one.
+    if target is ResourceList and type(value) is dict:
+        return ResourceList.adopt(value)
+    return _dec_hook(target, value)
+
+
 def _enc_hook(value: Any) -> Any:
-    if isinstance(value, ResourceList):
-        return value.to_wire()
+    if type(value) is ResourceList:
+        return value.wire_form()
     if isinstance(value, Duration):
         return str(value)
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
@@ -73,7 +80,7 @@ def to_builtins(obj: Any) -> Any:
 def _decoder(target: type[T]) -> msgspec.json.Decoder[T]:
     found = _DECODERS.get(target)
     if found is None:
-        found = msgspec.json.Decoder(target, dec_hook=_dec_hook)
+        found = msgspec.json.Decoder(target, dec_hook=_json_dec_hook)
         _DECODERS[target] = found
     return found
 

@@ -68,6 +68,7 @@ def is_milli_resource(name: str) -> bool:
     return name in _MILLI_RESOURCES
 
 
+@functools.lru_cache(maxsize=1024)
 def is_bytes_resource(name: str) -> bool:
     """Resources measured in bytes (formatted with binary suffixes when exact)."""
     leaf = name.rsplit("/", 1)[-1]

@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from apis.quantity import QuantityError, format_quantity, to_canonical
+from apis.quantity import (
+    QuantityError,
+    format_quantity,
+    is_bytes_resource,
+    is_milli_resource,
+    to_canonical,
+)
 
 __all__ = ["ResourceList"]
 
@@ -21,10 +27,32 @@ def _is_name(name: object) -> bool:
     return isinstance(name, str) and bool(name)
 
 
+def _plain_amount(name: str, value: str) -> tuple[int, bool] | None:
+    """A plain (``"123"``) or milli (``"250m"``) quantity read without the general parser:
+    its canonical amount and whether ``value`` is already how :func:`format_quantity` prints
+    it; None for any other form (the general path reads those)."""
+    milli_text = value[-1:] == "m"
+    digits = value[:-1] if milli_text else value
+    if not (0 < len(digits) <= 15 and digits.isascii() and digits.isdigit()):
+        return None
+    number = int(digits)
+    leading_zero = digits[0] == "0" and len(digits) > 1
+    if is_milli_resource(name):
+        if milli_text:
+            return number, number % 1000 != 0 and not leading_zero
+        return number * 1000, not leading_zero and (number == 0 or number % 1000 != 0)
+    if milli_text:
+        return -(-number // 1000), False
+    if number == 0:
+        return 0, not leading_zero
+    plain = number % 1000 != 0 and (number % 1024 != 0 or not is_bytes_resource(name))
+    return number, plain and not leading_zero
+
+
 class ResourceList(Mapping[str, int]):
     """Immutable, hashable resource amounts in canonical units."""
 
-    __slots__ = ("_data", "_hash")
+    __slots__ = ("_data", "_hash", "_wire")
 
     def __init__(self, data: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
         items = dict(data)
@@ -35,29 +63,62 @@ class ResourceList(Mapping[str, int]):
                 raise QuantityError(f"resource {name!r} amount must be an integer, got {amount!r}")
         self._data: dict[str, int] = dict(sorted(items.items()))
         self._hash: int | None = None
+        #: the wire form, once known (kept from a canonical wire map, or made by to_wire)
+        self._wire: dict[str, str] | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> ResourceList:
         """Build from wire quantities; errors name the resource and the value."""
-        if not isinstance(raw, Mapping):
+        if type(raw) is not dict and not isinstance(raw, Mapping):
             raise QuantityError(f"expected a map of resource quantities, got {raw!r}")
+        return cls.adopt(dict(raw))
+
+    @classmethod
+    def adopt(cls, raw: dict[str, Any]) -> ResourceList:
+        """:meth:`parse` of a map nobody else holds (a decoder's fresh dict): when every
+        quantity in it is already canonical and in name order, it is kept as the wire form."""
         parsed: dict[str, int] = {}
+        canonical = True
+        previous = ""
         for name, value in raw.items():
-            if not _is_name(name):
+            if type(name) is not str or not name:
                 raise QuantityError(f"resource name must be a non-empty string, got {name!r}")
+            if name <= previous:
+                canonical = False
+            previous = name
+            fast = _plain_amount(name, value) if type(value) is str else None
+            if fast is not None:
+                parsed[name] = fast[0]
+                canonical = canonical and fast[1]
+                continue
+            canonical = False
             try:
                 parsed[name] = to_canonical(name, value)
             except QuantityError as err:
                 raise QuantityError(f"resource {name!r}: {err}") from None
         # Every name and amount is checked above: skip the constructor's second pass.
         made = cls.__new__(cls)
-        made._data = dict(sorted(parsed.items()))
+        if canonical:
+            made._data = parsed
+            made._wire = raw
+        else:
+            made._data = dict(sorted(parsed.items()))
+            made._wire = None
         made._hash = None
         return made
 
     def to_wire(self) -> dict[str, str]:
         """Quantities as Kubernetes prints them."""
-        return {name: format_quantity(name, amount) for name, amount in self._data.items()}
+        return dict(self.wire_form())
+
+    def wire_form(self) -> Mapping[str, str]:
+        """:meth:`to_wire` without the copy, for encoders (do not modify it)."""
+        wire = self._wire
+        if wire is None:
+            wire = self._wire = {
+                name: format_quantity(name, amount) for name, amount in self._data.items()
+            }
+        return wire
 
     # Mapping protocol -------------------------------------------------------------------
     def __getitem__(self, name: str) -> int:
@@ -75,7 +136,7 @@ class ResourceList(Mapping[str, int]):
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, ResourceList):
+        if type(other) is ResourceList or isinstance(other, ResourceList):
             return self._data == other._data
         if isinstance(other, Mapping):
             return self._data == dict(other)

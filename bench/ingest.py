@@ -17,8 +17,10 @@ Phases: one round that creates every object (reported, not judged), then ``--dur
 seconds at the agents' 10 s interval (1,500 reports/s for 5,000 nodes), then as long at 5 s
 (3,000 reports/s offered, above the 2,000/s target). For each phase: reports offered per
 second (acknowledged by the broker), reports the controller processed per second (from its
-``koordpy_ingest_messages_total``, every result counted), of which applied, the controller's
-CPU (user + system of its process, % of one core, from psutil) and the CPU per report.
+``koordpy_ingest_messages_total``: every result but ``superseded``), of which applied, the
+reports superseded per second (a controller behind takes each node's newest report and counts
+the older ones it skipped: they are not counted as processed), the controller's CPU (user +
+system of its process, % of one core, from psutil) and the CPU per processed report.
 
 Target (issue 5): >= 2,000 reports/s processed at <= 50 % of one core; the ratios printed
 are measured / target for the rate and target / measured for the CPU (both >= 1 = met).
@@ -338,12 +340,16 @@ class Controller:
     def restarts(self) -> float:
         return sum(v for (what, _), v in self.counts().items() if what == "restarts")
 
-    def processed(self, leaves: Sequence[str] = REPORT_LEAVES) -> tuple[float, float]:
-        """Reports processed (any result) and applied so far, of ``leaves``."""
+    def processed(self, leaves: Sequence[str] = REPORT_LEAVES) -> tuple[float, float, float]:
+        """Of ``leaves``, so far: reports accounted for (any result), of which applied, and
+        of which superseded (replaced unread by a newer one of their node: never processed)."""
         counts = self.counts()
         total = sum(v for (leaf, _), v in counts.items() if leaf in leaves)
         applied = sum(v for (leaf, r), v in counts.items() if leaf in leaves and r == "applied")
-        return total, applied
+        superseded = sum(
+            v for (leaf, r), v in counts.items() if leaf in leaves and r == "superseded"
+        )
+        return total, applied, superseded
 
     def cpu_seconds(self) -> float:
         times = psutil.Process(self.process.pid).cpu_times()
@@ -394,6 +400,7 @@ class PhaseResult:
     acked: int
     processed: float
     applied: float
+    superseded: float
     cpu_seconds: float
     backlog: float
     drain_seconds: float
@@ -410,6 +417,10 @@ class PhaseResult:
     @property
     def applied_rate(self) -> float:
         return self.applied / self.elapsed
+
+    @property
+    def superseded_rate(self) -> float:
+        return self.superseded / self.elapsed
 
     @property
     def cpu_share(self) -> float:
@@ -438,24 +449,25 @@ def run_phase(
     interval: float,
     duration: float,
 ) -> PhaseResult:
-    processed0, applied0 = ctl.processed()
+    accounted0, applied0, superseded0 = ctl.processed()
     restarts0 = ctl.restarts()
     cpu0 = ctl.cpu_seconds()
     commands.put((name, interval, duration))
     phase, offered, acked, elapsed = results.get(timeout=duration + 120)
     assert phase == name
-    processed1, applied1 = ctl.processed()
+    accounted1, applied1, superseded1 = ctl.processed()
     cpu1 = ctl.cpu_seconds()
-    backlog = processed0 + acked - processed1
-    drain = _wait_processed(ctl, processed0 + acked, 120, REPORT_LEAVES) if backlog > 0 else 0.0
+    backlog = accounted0 + acked - accounted1
+    drain = _wait_processed(ctl, accounted0 + acked, 120, REPORT_LEAVES) if backlog > 0 else 0.0
     return PhaseResult(
         name=name,
         interval=interval,
         elapsed=elapsed,
         offered=offered,
         acked=acked,
-        processed=processed1 - processed0,
+        processed=(accounted1 - superseded1) - (accounted0 - superseded0),
         applied=applied1 - applied0,
+        superseded=superseded1 - superseded0,
         cpu_seconds=cpu1 - cpu0,
         backlog=max(backlog, 0.0),
         drain_seconds=drain,
@@ -468,11 +480,12 @@ def report(results: Sequence[PhaseResult], nodes: int, pods: int) -> str:
         f"ingest benchmark: {nodes} nodes, Node + Device + NodeMetric ({pods} pods) each per"
         " interval, through mosquitto into `koordpy controller run`",
         f"{'phase':<22}{'offered/s':>11}{'processed/s':>13}{'applied/s':>11}"
-        f"{'ctl CPU':>9}{'CPU/report':>12}{'restarts':>10}{'backlog':>9}",
+        f"{'superseded/s':>14}{'ctl CPU':>9}{'CPU/report':>12}{'restarts':>10}{'backlog':>9}",
     ]
     lines.extend(
         f"{r.name:<22}{r.offered_rate:>11,.0f}{r.processed_rate:>13,.0f}"
-        f"{r.applied_rate:>11,.0f}{r.cpu_share:>8.0%} {r.cpu_per_report * 1e6:>8.0f} us"
+        f"{r.applied_rate:>11,.0f}{r.superseded_rate:>14,.0f}"
+        f"{r.cpu_share:>8.0%} {r.cpu_per_report * 1e6:>8.0f} us"
         f"{r.restarts:>10.0f}{r.backlog:>9,.0f}"
         + (f" (drained in {r.drain_seconds:.1f} s)" if r.backlog else "")
         for r in results

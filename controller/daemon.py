@@ -27,8 +27,12 @@ async def run(
     metrics_address: str | None = None,
     api_token: str | None = None,
     stop: asyncio.Event,
+    own_process: bool = False,
 ) -> None:
-    """Serve until ``stop`` is set; every resource is closed before returning."""
+    """Serve until ``stop`` is set; every resource is closed before returning.
+
+    ``own_process``: the controller is this process's only job, so the garbage collector is
+    tuned for its heap once the store is loaded (:func:`koordpy.lifecycle.settle_heap`)."""
     async with contextlib.AsyncExitStack() as stack:
         controller = await app.open_controller(
             stack,
@@ -39,6 +43,8 @@ async def run(
             api_token=api_token,
         )
         log.info("controller ready: API %s, state %s", controller.api.address, state_dir)
+        if own_process:
+            lifecycle.settle_heap()
         lifecycle.notify_ready()
         await lifecycle.run_components(
             controller.components, stop, restarts_metric=controller.restarts
@@ -74,6 +80,7 @@ def main(args: argparse.Namespace) -> int:
                 metrics_address=args.metrics_address,
                 api_token=args.token or None,
                 stop=stop,
+                own_process=True,
             )
 
     try:

@@ -132,6 +132,8 @@ class Result(enum.StrEnum):
     FOREIGN = "foreign"
     OVERSIZED = "oversized"
     IGNORED = "ignored"
+    #: replaced, unread, by a newer report on its topic (the ingest was behind)
+    SUPERSEDED = "superseded"
 
 
 #: Results after which a body counts as taken (a byte-identical copy is skipped).
@@ -364,7 +366,10 @@ class Ingest:
     async def run(self) -> None:
         with self._bus.connect(self._client_id) as client:
             while True:
-                with client.subscribe(SUBSCRIPTION) as subscription:
+                # Behind a burst, each node's newest state is all the store needs.
+                with client.subscribe(
+                    SUBSCRIPTION, coalesce=True, superseded=self._superseded
+                ) as subscription:
                     try:
                         await self._consume(subscription)
                         return
@@ -408,6 +413,11 @@ class Ingest:
             batch.append(message)
         return None
 
+    def _superseded(self, message: Message) -> None:
+        parsed = parse_node_topic(message.topic)
+        leaf = parsed[1] if parsed is not None else "unknown"
+        self._messages.labels(leaf=leaf, result=Result.SUPERSEDED).inc()
+
     def _kind(self, struct: type[Object]) -> Kind | None:
         if struct not in self._kinds:
             try:
@@ -430,9 +440,13 @@ class Ingest:
         writes = [p[3] for p in prepared if isinstance(p[3], _Write)]
         outcomes: list[Any] = []
         if writes:
-            outcomes = await asyncio.gather(
-                *(self._store.submit(w.op) for w in writes), return_exceptions=True
-            )
+            try:
+                futures = [self._store.submit_nowait(w.op) for w in writes]
+            except StoreError as err:  # closed: every write fails alike
+                futures = []
+                outcomes = [err] * len(writes)
+            if futures:
+                outcomes = await asyncio.gather(*futures, return_exceptions=True)
         failure: BaseException | None = None
         results: list[Result] = []
         done = iter(outcomes)

@@ -71,20 +71,9 @@ Row = tuple[str, str, str, bytes]
 Key = tuple[str, str, str]
 
 
-#: ResourceList -> its wire form. Objects share few distinct resource lists (every pod of a
-#: deployment requests the same), and formatting quantities dominates encoding otherwise.
-_WIRE_CACHE: dict[ResourceList, dict[str, str]] = {}
-_WIRE_CACHE_LIMIT = 4096
-
-
 def _enc_hook(value: Any) -> Any:
-    if isinstance(value, ResourceList):
-        wire = _WIRE_CACHE.get(value)
-        if wire is None:
-            if len(_WIRE_CACHE) >= _WIRE_CACHE_LIMIT:
-                _WIRE_CACHE.clear()
-            wire = _WIRE_CACHE[value] = value.to_wire()
-        return wire
+    if type(value) is ResourceList:
+        return value.wire_form()  # made once per list, kept by it
     return codec.to_builtins(value)
 
 

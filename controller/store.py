@@ -640,18 +640,22 @@ class Store:
         ``op`` calls the synchronous write (and read) methods; what it raises is raised here,
         and its own changes are rolled back without affecting the rest of the batch.
         """
+        return await self.submit_nowait(op)
+
+    def submit_nowait(self, op: Callable[[Store], T]) -> asyncio.Future[T]:
+        """:meth:`submit` without the coroutine: the future of ``op``'s result (for callers
+        handing in many writes at once, which gather the futures)."""
         if self._closing or self._closed:
             raise StoreError("store is closed")
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
         self._queue.append(_Pending(op, future))
         wake = self._wake
         if self._committer is None or self._committer.done() or wake is None:
             wake = self._wake = asyncio.Event()
-            self._committer = asyncio.get_running_loop().create_task(
-                self._commit_loop(wake), name="store-committer"
-            )
+            self._committer = loop.create_task(self._commit_loop(wake), name="store-committer")
         wake.set()
-        return await future
+        return future
 
     async def _commit_loop(self, wake: asyncio.Event) -> None:
         try:

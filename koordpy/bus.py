@@ -27,8 +27,10 @@ Everything runs on the event loop's thread; ``publish`` never blocks.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -162,61 +164,100 @@ class Message:
 
 
 class Subscription:
-    """Messages matching one filter, in order; iterate with ``async for``."""
+    """Messages matching one filter, in order; iterate with ``async for``.
 
-    def __init__(self, bus: Bus, topic_filter: str, queue_size: int) -> None:
+    ``coalesce``: a retained topic's message still unread when a newer one of that topic
+    arrives is dropped (the newer one queues at the end), so a subscriber behind a fleet's
+    reports gets each node's newest state, in publication order, rather than falling further
+    behind and overflowing. Messages that are not retained are never dropped that way.
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        topic_filter: str,
+        queue_size: int,
+        *,
+        coalesce: bool = False,
+        superseded: Callable[[Message], None] | None = None,
+    ) -> None:
         self.filter = topic_filter
+        self.coalesce = coalesce
+        #: told of each unread message a newer one replaced
+        self._on_superseded = superseded
         self._bus = bus
-        self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
+        #: topic (retained publications) or a sequence number (the rest) -> the message
+        self._queue: OrderedDict[str | int, Message] = OrderedDict()
+        self._sequence = itertools.count()
+        self._waiter: asyncio.Future[None] | None = None
         self._size = queue_size
         self._overflowed = False
         self._closed = False
+        #: unread retained messages a newer one replaced
+        self.superseded = 0
 
-    def _deliver(self, message: Message) -> None:
+    def _deliver(self, message: Message, retained: bool = False) -> None:
         if self._closed or self._overflowed:
             return
-        if self._queue.qsize() >= self._size:
+        queue = self._queue
+        key: str | int
+        if self.coalesce and (retained or message.retain):
+            key = message.topic
+            older = queue.pop(key, None)
+            if older is not None:
+                self.superseded += 1
+                if self._on_superseded is not None:
+                    self._on_superseded(older)
+        else:
+            key = next(self._sequence)
+        if len(queue) >= self._size:
             self._overflowed = True
             self._bus._unsubscribe(self)
-            while not self._queue.empty():
-                self._queue.get_nowait()
-            self._queue.put_nowait(None)
+            queue.clear()
+            self._wake()
             _log.warning(
                 "subscriber to %s fell %d messages behind; subscription dropped",
                 self.filter,
                 self._size,
             )
             return
-        self._queue.put_nowait(message)
+        queue[key] = message
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def pending(self) -> int:
         """Messages waiting to be read."""
-        return self._queue.qsize()
+        return len(self._queue)
+
+    def _ended(self) -> BusError:
+        if self._overflowed:
+            return BusOverflow(f"subscriber to {self.filter} fell {self._size} messages behind")
+        return BusError(f"subscription to {self.filter} is closed")
 
     async def get(self) -> Message:
         """The next message; raises :class:`BusOverflow` or :class:`BusError` when closed."""
-        if self._closed and self._queue.empty():
-            raise BusError(f"subscription to {self.filter} is closed")
-        item = await self._queue.get()
-        if item is None:
-            if self._overflowed:
-                raise BusOverflow(f"subscriber to {self.filter} fell {self._size} messages behind")
-            raise BusError(f"subscription to {self.filter} is closed")
-        return item
+        while not self._queue:
+            if self._closed or self._overflowed:
+                raise self._ended()
+            waiter = self._waiter
+            if waiter is None or waiter.done():
+                waiter = self._waiter = asyncio.get_running_loop().create_future()
+            await waiter
+        return self._queue.popitem(last=False)[1]
 
     def get_nowait(self) -> Message | None:
         """The next message if one is waiting, else ``None``; raises like :meth:`get`."""
-        if self._queue.empty():
-            if self._closed:
-                raise BusError(f"subscription to {self.filter} is closed")
+        if not self._queue:
+            if self._closed or self._overflowed:
+                raise self._ended()
             return None
-        item = self._queue.get_nowait()
-        if item is None:
-            self._queue.put_nowait(None)  # the end stays visible to every later read
-            if self._overflowed:
-                raise BusOverflow(f"subscriber to {self.filter} fell {self._size} messages behind")
-            raise BusError(f"subscription to {self.filter} is closed")
-        return item
+        return self._queue.popitem(last=False)[1]
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()
@@ -235,7 +276,7 @@ class Subscription:
             return
         self._closed = True
         self._bus._unsubscribe(self)
-        self._queue.put_nowait(None)
+        self._wake()
 
     def __enter__(self) -> Subscription:
         return self
@@ -267,10 +308,19 @@ class BusClient:
             raise BusError(f"client {self.client_id} is closed")
         self._bus.publish(topic, payload, retain=retain)
 
-    def subscribe(self, topic_filter: str, *, queue_size: int | None = None) -> Subscription:
+    def subscribe(
+        self,
+        topic_filter: str,
+        *,
+        queue_size: int | None = None,
+        coalesce: bool = False,
+        superseded: Callable[[Message], None] | None = None,
+    ) -> Subscription:
         if not self._connected:
             raise BusError(f"client {self.client_id} is closed")
-        sub = self._bus.subscribe(topic_filter, queue_size=queue_size)
+        sub = self._bus.subscribe(
+            topic_filter, queue_size=queue_size, coalesce=coalesce, superseded=superseded
+        )
         self._subscriptions.append(sub)
         return sub
 
@@ -345,12 +395,26 @@ class Bus:
         message = Message(topic, bytes(payload))
         for sub in list(self._subscriptions):
             if topic_matches(sub.filter, topic):
-                sub._deliver(message)
+                sub._deliver(message, retain)
 
-    def subscribe(self, topic_filter: str, *, queue_size: int | None = None) -> Subscription:
-        """Subscribe; matching retained messages are queued first (sorted by topic)."""
+    def subscribe(
+        self,
+        topic_filter: str,
+        *,
+        queue_size: int | None = None,
+        coalesce: bool = False,
+        superseded: Callable[[Message], None] | None = None,
+    ) -> Subscription:
+        """Subscribe; matching retained messages are queued first (sorted by topic).
+        ``coalesce`` and ``superseded``: see :class:`Subscription`."""
         _check_filter(topic_filter)
-        sub = Subscription(self, topic_filter, queue_size or self.queue_size)
+        sub = Subscription(
+            self,
+            topic_filter,
+            queue_size or self.queue_size,
+            coalesce=coalesce,
+            superseded=superseded,
+        )
         for topic in sorted(self._retained):
             if topic_matches(topic_filter, topic):
                 sub._deliver(Message(topic, self._retained[topic], retain=True))

@@ -363,9 +363,47 @@ _WINDOW: Final = 1000
 _CONNECTED_EVENT_LIMIT: Final = 65536
 #: Topics remembered as matching the wildcard uplink filters or not (a fleet's topics).
 _MATCH_CACHE: Final = 1 << 16
+#: Bytes one read from the broker's socket may take.
+_READ_AHEAD: Final = 1 << 16
 #: Queue of the bridge's own uplink subscriptions: a controller's retained replay of every
 #: node's pods and nodeslo must fit.
 _UPLINK_QUEUE: Final = 1 << 17
+
+
+class _ReadAhead:
+    """The connection's socket behind a read-ahead buffer.
+
+    paho reads each packet in pieces (its first byte, each byte of its length, then the
+    rest), one system call apiece, and the client reads one packet per wake-up. Here one call
+    takes whatever the kernel holds, and :meth:`pending` tells the client that more is
+    buffered, so a burst of messages costs a few reads and one wake-up."""
+
+    __slots__ = ("_buffer", "_sock", "_start")
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._buffer = b""
+        self._start = 0
+
+    def recv(self, size: int) -> bytes:
+        if self._start >= len(self._buffer):
+            data: bytes = self._sock.recv(_READ_AHEAD)
+            if len(data) <= size:
+                self._buffer, self._start = b"", 0
+                return data
+            self._buffer, self._start = data, 0
+        start = self._start
+        self._start = start + size
+        return self._buffer[start : start + size]
+
+    def pending(self) -> int:
+        """Bytes read from the socket and not yet taken (an SSL socket's own included)."""
+        buffered = len(self._buffer) - self._start
+        inner = getattr(self._sock, "pending", None)
+        return max(buffered, 0) + (inner() if inner is not None else 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
 
 
 class _Client(aiomqtt.Client):
@@ -447,6 +485,11 @@ class _Client(aiomqtt.Client):
 
     def _on_message(self, client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
         self._deliver(message)
+
+    def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        # Called as the socket is made, before anything is read from it.
+        client._sock = _ReadAhead(sock)
+        super()._on_socket_open(client, userdata, sock)
 
 
 # --- metrics ----------------------------------------------------------------------------------

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from apis.codec import decode_json, encode_json
 from apis.quantity import QuantityError
 from apis.resources import ResourceList
+from apis.slo import ResourceMap
 
 
 def test_parse_holds_canonical_integers_and_prints_back() -> None:
@@ -67,3 +71,51 @@ def test_mask_nonzero_clamp() -> None:
     assert r.mask(["cpu", "pods", "nvidia.com/gpu"]) == {"cpu": 0, "pods": 3}
     assert r.nonzero() == {"memory": -5, "pods": 3}
     assert r.clamp_min() == {"cpu": 0, "memory": 0, "pods": 3}
+
+
+@pytest.mark.parametrize(
+    ("raw", "wire"),
+    [
+        # Already canonical and in name order: printed back as given.
+        ({"cpu": "250m", "memory": "1000001"}, {"cpu": "250m", "memory": "1000001"}),
+        ({"cpu": "3", "pods": "0"}, {"cpu": "3", "pods": "0"}),
+        # Not canonical: printed the way Kubernetes prints the amount.
+        ({"memory": "1024"}, {"memory": "1Ki"}),
+        ({"cpu": "2000m"}, {"cpu": "2"}),
+        ({"cpu": "1000"}, {"cpu": "1k"}),
+        ({"cpu": "0m"}, {"cpu": "0"}),
+        ({"cpu": "0.5"}, {"cpu": "500m"}),
+        ({"cpu": "007"}, {"cpu": "7"}),
+        ({"pods": "3000"}, {"pods": "3k"}),
+        ({"memory": "1500m"}, {"memory": "2"}),
+        # Out of name order: printed in name order.
+        ({"memory": "5", "cpu": "1"}, {"cpu": "1", "memory": "5"}),
+    ],
+)
+def test_wire_form_is_canonical_whatever_the_input(
+    raw: dict[str, str], wire: dict[str, str]
+) -> None:
+    parsed = ResourceList.parse(raw)
+    assert parsed.to_wire() == wire
+    assert list(parsed.to_wire()) == list(wire)
+    assert json.loads(encode_json(parsed)) == wire
+    assert parsed == ResourceList.parse(wire)
+    # The same through the JSON decoder, which hands the list its own fresh map.
+    decoded = decode_json(json.dumps({"resources": raw}), ResourceMap).resources
+    assert decoded == parsed
+    assert (
+        encode_json(decoded)
+        == encode_json(parsed)
+        == json.dumps(wire, separators=(",", ":")).encode()
+    )
+
+
+def test_parsed_list_does_not_follow_its_source_map() -> None:
+    raw = {"cpu": "250m"}
+    parsed = ResourceList.parse(raw)
+    raw["cpu"] = "4"
+    raw["memory"] = "1Gi"
+    assert dict(parsed) == {"cpu": 250}
+    assert parsed.to_wire() == {"cpu": "250m"}
+    parsed.to_wire()["cpu"] = "9"  # a copy: the list is unchanged
+    assert parsed.to_wire() == {"cpu": "250m"}

@@ -106,6 +106,24 @@ async def test_an_empty_retained_payload_clears_the_topic() -> None:
         assert await drain(late) == []
 
 
+async def test_a_subscriber_behind_gets_each_topics_newest_state_in_order() -> None:
+    bus = Bus(queue_size=4)
+    with bus.subscribe("koordpy/v1/nodes/#", coalesce=True) as sub:
+        for report in range(100):  # far more than the queue holds: state is superseded
+            bus.publish(node_topic("n1", "nodemetric"), b"n1-%d" % report, retain=True)
+            bus.publish(node_topic("n2", "nodemetric"), b"n2-%d" % report, retain=True)
+        bus.publish(node_topic("n1", "events"), b"event")
+        bus.publish(node_topic("n2", "nodemetric"), b"n2-last", retain=True)
+        got = [(m.topic.rsplit("/", 2)[1], m.payload) for m in await drain(sub)]
+        assert got == [("n1", b"n1-99"), ("n1", b"event"), ("n2", b"n2-last")]
+        assert sub.superseded == 99 + 100
+        # Messages that are not retained state are never dropped that way: they overflow.
+        for number in range(5):
+            bus.publish(node_topic("n1", "events"), b"%d" % number)
+        with pytest.raises(BusOverflow):
+            await sub.get()
+
+
 async def test_wildcard_subscriptions_see_every_node() -> None:
     bus = Bus()
     with (

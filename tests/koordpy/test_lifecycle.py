@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import random
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+import weakref
 from pathlib import Path
 
 import pytest
@@ -464,3 +466,25 @@ def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
         assert now == (lowered if hard == resource.RLIM_INFINITY else hard)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_settle_heap_hides_the_loaded_heap_and_still_collects_cycles() -> None:
+    thresholds = gc.get_threshold()
+    loaded = [{"node": str(i)} for i in range(1000)]  # what start-up loaded
+    try:
+        lifecycle.settle_heap()
+        assert gc.get_freeze_count() >= len(loaded)
+        assert gc.get_threshold() == lifecycle.LARGE_HEAP_GC_THRESHOLDS
+
+        class Cycle:
+            other: Cycle | None = None
+
+        first, second = Cycle(), Cycle()
+        first.other, second.other = second, first
+        gone = weakref.ref(first)
+        del first, second
+        gc.collect()
+        assert gone() is None, "cyclic garbage made after settling is still collected"
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
