@@ -441,12 +441,11 @@ class Ingest:
         outcomes: list[Any] = []
         if writes:
             try:
-                futures = [self._store.submit_nowait(w.op) for w in writes]
-            except StoreError as err:  # closed: every write fails alike
-                futures = []
+                done_all = await self._store.submit_many([w.op for w in writes])
+            except StoreError as err:  # closed (or the commit failed): every write alike
                 outcomes = [err] * len(writes)
-            if futures:
-                outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            else:
+                outcomes = [value for _, value in done_all]
         failure: BaseException | None = None
         results: list[Result] = []
         done = iter(outcomes)

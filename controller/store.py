@@ -642,6 +642,28 @@ class Store:
         """
         return await self.submit_nowait(op)
 
+    def submit_many(
+        self, ops: Sequence[Callable[[Store], Any]]
+    ) -> asyncio.Future[builtins.list[tuple[bool, Any]]]:
+        """Many ops in the next group commit, with one future: ``(True, result)`` or
+        ``(False, exception)`` for each, in order; each op's changes are rolled back alone
+        when it raises, as with :meth:`submit`."""
+        batch = tuple(ops)
+        return self.submit_nowait(lambda store: store._run_each(batch))
+
+    def _run_each(self, ops: tuple[Callable[[Store], Any], ...]) -> builtins.list[tuple[bool, Any]]:
+        txn = self._txn
+        assert txn is not None, "runs inside a group commit"
+        results: builtins.list[tuple[bool, Any]] = []
+        for op in ops:
+            mark = txn.mark()
+            try:
+                results.append((True, op(self)))
+            except Exception as err:
+                txn.rollback(mark)
+                results.append((False, err))
+        return results
+
     def submit_nowait(self, op: Callable[[Store], T]) -> asyncio.Future[T]:
         """:meth:`submit` without the coroutine: the future of ``op``'s result (for callers
         handing in many writes at once, which gather the futures)."""

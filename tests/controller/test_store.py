@@ -514,6 +514,29 @@ async def test_a_failing_op_does_not_fail_its_batch(store: Store) -> None:
     await store.aclose()
 
 
+async def test_submit_many_answers_each_op_and_rolls_back_only_the_failing_one(
+    store: Store,
+) -> None:
+    def half_then_fail(s: Store) -> None:
+        s.create(widget("partial"))
+        raise RuntimeError("op broke")
+
+    results = await store.submit_many(
+        [
+            lambda s: s.create(widget("w0")),
+            half_then_fail,
+            lambda s: s.update(widget("w0", size=7, resource_version="999")),
+            lambda s: s.create(widget("w1")),
+        ]
+    )
+    assert [ok for ok, _ in results] == [True, False, False, True]
+    assert isinstance(results[1][1], RuntimeError)
+    assert isinstance(results[2][1], Conflict)
+    assert [o.metadata.name for o in store.list(WIDGETS)[0]] == ["w0", "w1"]
+    assert store.resource_version == 2
+    await store.aclose()
+
+
 async def test_ops_in_one_batch_see_each_other(store: Store) -> None:
     store.create(widget("web"))
 
