@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from controller.reservations.controller import ReservationController
 from controller.store import Store
 
 __all__ = ["LOOPS", "ControlLoop", "LoopContext", "LoopFactory", "LoopRunner", "build_loops"]
@@ -44,7 +45,9 @@ class ControlLoop(Protocol):
 LoopFactory = Callable[[], ControlLoop]
 
 #: Every control loop of the controller, in run order. Later features add their entries here.
-LOOPS: Mapping[str, LoopFactory] = {}
+LOOPS: Mapping[str, LoopFactory] = {
+    "reservations": ReservationController,
+}
 
 
 def build_loops(table: Mapping[str, LoopFactory] | None = None) -> list[ControlLoop]:
