@@ -1,0 +1,286 @@
+"""The device allocation of a pod and its ``scheduling.koordinator.sh/device-allocated`` form.
+
+:class:`Allocation` is what the allocator hands back and what the node state charges; the
+annotation is its JSON, both ways::
+
+    {"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100",...}}],
+     "rdma":[{"minor":1,"id":"0000:10:00.0","resources":{"koordinator.sh/rdma":"100"}}]}
+
+:func:`adapter_annotations` adds what vendor device plugins read (gate
+``DevicePluginAdaption``): bind time and GPU minors for every vendor, Huawei's
+``huawei.com/npu-core`` / ``huawei.com/Ascend310P``, MetaX's
+``metax-tech.com/gpu-devices-allocated`` and Cambricon's sMLU profile, with the node lock
+those plugins expect (:func:`node_lock_value`, :func:`node_lock_free`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+import msgspec
+
+from apis import constants as k
+from apis.quantity import QuantityError
+from apis.resources import ResourceList
+
+__all__ = [
+    "EMPTY_ALLOCATION",
+    "NODE_LOCKS",
+    "NODE_LOCK_EXPIRY",
+    "AdapterOutput",
+    "AllocatedDevice",
+    "AllocatedVF",
+    "Allocation",
+    "AllocationFormatError",
+    "adapter_annotations",
+    "encode_allocation",
+    "node_lock_free",
+    "node_lock_value",
+    "parse_allocation",
+]
+
+_MIB: Final = 1 << 20
+#: Order device types are written in (others follow in name order).
+_TYPE_ORDER: Final = (k.DEVICE_TYPE_GPU, k.DEVICE_TYPE_RDMA, k.DEVICE_TYPE_FPGA)
+
+
+class AllocationFormatError(ValueError):
+    """A device-allocated annotation that cannot be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedVF:
+    minor: int
+    bus_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    """One device (or a share of it) given to a pod."""
+
+    minor: int
+    resources: ResourceList
+    #: The Device's ``id`` (GPU UUID, RDMA PCI address); empty when the Device gives none.
+    id: str = ""
+    vfs: tuple[AllocatedVF, ...] = ()
+    #: Name of the GPU shared-resource template the share was cut by (Ascend vNPU).
+    template: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Devices per device type (``gpu``, ``rdma``, ``fpga``), in allocation order."""
+
+    devices: Mapping[str, tuple[AllocatedDevice, ...]] = field(default_factory=dict)
+
+    def of(self, device_type: str) -> tuple[AllocatedDevice, ...]:
+        return self.devices.get(device_type, ())
+
+    def minors(self, device_type: str) -> tuple[int, ...]:
+        return tuple(d.minor for d in self.of(device_type))
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.devices.values())
+
+
+EMPTY_ALLOCATION: Final = Allocation()
+
+# --- wire form -------------------------------------------------------------------------------
+
+
+class _WireVF(msgspec.Struct, frozen=True, kw_only=True):
+    minor: int
+    bus_id: str = msgspec.field(default="", name="busID")
+
+
+class _WireExtension(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    vfs: tuple[_WireVF, ...] = ()
+    gpu_shared_resource_template: str = msgspec.field(default="", name="gpuSharedResourceTemplate")
+
+
+class _WireEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    minor: int
+    id: str = ""
+    resources: dict[str, str] = {}
+    extension: _WireExtension | None = None
+
+
+_DECODER: Final = msgspec.json.Decoder(dict[str, list[_WireEntry]])
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+def _type_key(device_type: str) -> tuple[int, str]:
+    if device_type in _TYPE_ORDER:
+        return _TYPE_ORDER.index(device_type), ""
+    return len(_TYPE_ORDER), device_type
+
+
+def _to_wire(device: AllocatedDevice) -> _WireEntry:
+    extension = None
+    if device.vfs or device.template:
+        extension = _WireExtension(
+            vfs=tuple(_WireVF(minor=vf.minor, bus_id=vf.bus_id) for vf in device.vfs),
+            gpu_shared_resource_template=device.template,
+        )
+    return _WireEntry(
+        minor=device.minor,
+        id=device.id,
+        resources=device.resources.to_wire(),
+        extension=extension,
+    )
+
+
+def encode_allocation(allocation: Allocation) -> str:
+    """The annotation value: compact JSON, types in the order gpu, rdma, fpga."""
+    wire = {
+        device_type: [_to_wire(d) for d in devices]
+        for device_type, devices in sorted(
+            allocation.devices.items(), key=lambda i: _type_key(i[0])
+        )
+        if devices
+    }
+    return _ENCODER.encode(wire).decode()
+
+
+def _from_wire(device_type: str, entry: _WireEntry) -> AllocatedDevice:
+    try:
+        resources = ResourceList.parse(entry.resources)
+    except QuantityError as err:
+        raise AllocationFormatError(f"{device_type} minor {entry.minor}: {err}") from None
+    extension = entry.extension or _WireExtension()
+    return AllocatedDevice(
+        minor=entry.minor,
+        resources=resources,
+        id=entry.id,
+        vfs=tuple(AllocatedVF(minor=vf.minor, bus_id=vf.bus_id) for vf in extension.vfs),
+        template=extension.gpu_shared_resource_template,
+    )
+
+
+def parse_allocation(text: str) -> Allocation:
+    """An annotation value back into an :class:`Allocation`; :class:`AllocationFormatError`
+    when it is not one."""
+    try:
+        wire = _DECODER.decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError) as err:
+        raise AllocationFormatError(f"invalid device allocation {text!r}: {err}") from None
+    return Allocation(
+        {
+            device_type: tuple(_from_wire(device_type, entry) for entry in entries)
+            for device_type, entries in wire.items()
+        }
+    )
+
+
+# --- device-plugin adapters ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterOutput:
+    """What the device-plugin adapters add to the pod at binding, and the Node annotation the
+    binder must hold as a lock while it binds (empty: none)."""
+
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_lock: str = ""
+
+
+#: Node annotation each vendor's device plugin uses as a binding lock.
+NODE_LOCKS: Final[Mapping[str, str]] = {
+    k.GPU_VENDOR_METAX: k.ANNOTATION_HAMI_MUTEX_LOCK,
+    k.GPU_VENDOR_CAMBRICON: k.ANNOTATION_CAMBRICON_DSMLU_LOCK,
+}
+#: A node lock older than this is stale and may be taken over.
+NODE_LOCK_EXPIRY: Final = timedelta(minutes=5)
+
+
+def node_lock_value(now: datetime, namespace: str, name: str) -> str:
+    """``<RFC 3339 time>,<namespace>,<pod>``."""
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{stamp},{namespace},{name}"
+
+
+def node_lock_free(value: str, now: datetime, holder_exists: Callable[[str, str], bool]) -> bool:
+    """Whether a node lock may be taken: none, unreadable, stale, or its pod is gone."""
+    if not value:
+        return True
+    parts = value.split(",")
+    if len(parts) != 3:
+        return True
+    try:
+        taken = datetime.fromisoformat(parts[0].replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    if taken.tzinfo is None:
+        taken = taken.replace(tzinfo=UTC)
+    if now - taken > NODE_LOCK_EXPIRY:
+        return True
+    return not holder_exists(parts[1], parts[2])
+
+
+def _cambricon(gpus: tuple[AllocatedDevice, ...]) -> dict[str, str]:
+    annotations = {k.ANNOTATION_CAMBRICON_DSMLU_ASSIGNED: "false"}
+    if len(gpus) == 1:
+        (card,) = gpus
+        core = card.resources.get_amount(k.RESOURCE_GPU_CORE)
+        slices = card.resources.get_amount(k.RESOURCE_GPU_MEMORY) // (256 * _MIB)
+        annotations[k.ANNOTATION_CAMBRICON_DSMLU_PROFILE] = f"{card.minor}_{core}_{slices}"
+    return annotations
+
+
+def _huawei(gpus: tuple[AllocatedDevice, ...], model: str) -> dict[str, str]:
+    if model == k.MODEL_ASCEND_310P3_300I_DUO:
+        cards = ",".join(f"Ascend310P-{d.minor}" for d in gpus)
+        return {k.ANNOTATION_HUAWEI_ASCEND_310P: cards}
+    if any(d.template for d in gpus):
+        return {k.ANNOTATION_HUAWEI_NPU_CORE: ",".join(f"{d.minor}-{d.template}" for d in gpus)}
+    return {k.ANNOTATION_HUAWEI_NPU_CORE: ",".join(str(d.minor) for d in gpus)}
+
+
+def _metax(gpus: tuple[AllocatedDevice, ...]) -> dict[str, str]:
+    devices = [
+        {
+            "uuid": d.id,
+            "compute": d.resources.get_amount(k.RESOURCE_GPU_CORE),
+            "vRam": d.resources.get_amount(k.RESOURCE_GPU_MEMORY) // _MIB,
+        }
+        for d in gpus
+    ]
+    return {k.ANNOTATION_METAX_GPU_DEVICES_ALLOCATED: _ENCODER.encode([devices]).decode()}
+
+
+def adapter_annotations(
+    allocation: Allocation,
+    *,
+    vendor: str,
+    model: str,
+    node_name: str,
+    now_ns: int,
+    isolation_provider: str = "",
+) -> AdapterOutput:
+    """The vendor device-plugin annotations (and labels) for ``allocation`` on a node of
+    ``vendor``/``model``; nothing for a pod without GPUs."""
+    gpus = allocation.of(k.DEVICE_TYPE_GPU)
+    if not gpus:
+        return AdapterOutput()
+    annotations = {
+        k.ANNOTATION_BIND_TIMESTAMP: str(now_ns),
+        k.ANNOTATION_GPU_MINORS: ",".join(str(d.minor) for d in gpus),
+    }
+    labels: dict[str, str] = {}
+    if vendor == k.GPU_VENDOR_HUAWEI:
+        annotations[k.ANNOTATION_HUAWEI_PREDICATE_TIME] = str(now_ns)
+        annotations.update(_huawei(gpus, model))
+    elif vendor == k.GPU_VENDOR_METAX:
+        annotations.update(_metax(gpus))
+    elif vendor == k.GPU_VENDOR_CAMBRICON:
+        annotations.update(_cambricon(gpus))
+    elif vendor in ("", k.GPU_VENDOR_NVIDIA) and isolation_provider == "HAMi-core":
+        labels[k.LABEL_HAMI_VGPU_NODE] = node_name
+    return AdapterOutput(
+        annotations=annotations, labels=labels, node_lock=NODE_LOCKS.get(vendor, "")
+    )
