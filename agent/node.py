@@ -10,10 +10,16 @@ the healthy devices of the Device report: the sums of their ``koordinator.sh/gpu
 count (``nvidia.com/gpu``, ``huawei.com/Ascend910`` or ``huawei.com/Ascend310P``,
 ``metax-tech.com/gpu``; ``metax-tech.com/sgpu`` in sGPU mode), and ``koordinator.sh/gpu`` for
 NVIDIA. Allocatable equals capacity (no reservations yet).
+
+Annotations: ``node.koordinator.sh/cpu-topology`` ``{"detail":[{id,core,socket,node},...]}``
+(sorted by CPU id, compact JSON, so an unchanged host gives the same bytes every report) when
+the host's CPU topology could be read. ``kubelet.koordinator.sh/cpu-manager-policy`` is not
+written: no kubelet is asked for its CPU manager policy.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import platform
@@ -23,10 +29,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+import msgspec
 import psutil
 
 from agent.cgroups.detect import CgroupInfo
 from agent.config import AgentConfig, HostPaths
+from agent.qos.framework import CpuInfo
+from agent.states import cpu_topology
 from apis import constants as k
 from apis.core import Node, NodeAddress, NodeStatus
 from apis.meta import Condition, ObjectMeta
@@ -40,6 +49,7 @@ __all__ = [
     "HostFacts",
     "accelerator_resources",
     "build_node",
+    "cpu_topology_annotation",
     "node_name",
     "read_host_facts",
 ]
@@ -101,6 +111,29 @@ class HostFacts:
     machine_id: str = ""
     boot_id: str = ""
     internal_ips: tuple[str, ...] = ()
+    #: Online logical CPUs with core, socket and NUMA node, sorted by id; empty if unreadable.
+    cpu_topology: tuple[CpuInfo, ...] = ()
+
+
+class _TopologyEntry(msgspec.Struct, frozen=True, gc=False):
+    id: int
+    core: int
+    socket: int
+    node: int
+
+
+class _TopologyDetail(msgspec.Struct, frozen=True, gc=False):
+    detail: tuple[_TopologyEntry, ...]
+
+
+@functools.lru_cache(maxsize=8)
+def cpu_topology_annotation(cpus: tuple[CpuInfo, ...]) -> str:
+    """The ``node.koordinator.sh/cpu-topology`` value: ``{"detail":[...]}`` sorted by CPU id."""
+    entries = tuple(
+        _TopologyEntry(id=c.cpu, core=c.core, socket=c.socket, node=c.node)
+        for c in sorted(cpus, key=lambda c: c.cpu)
+    )
+    return msgspec.json.encode(_TopologyDetail(detail=entries)).decode()
 
 
 def node_name(
@@ -168,6 +201,7 @@ def read_host_facts(host: HostPaths) -> HostFacts:
         machine_id=_read_first_line(host.path("/etc/machine-id")),
         boot_id=_read_first_line(host.proc / "sys/kernel/random/boot_id"),
         internal_ips=_internal_ips(),
+        cpu_topology=cpu_topology(host),
     )
 
 
@@ -250,8 +284,11 @@ def build_node(
         "operatingSystem": facts.operating_system,
         "architecture": facts.architecture,
     }
+    annotations: dict[str, str] = {}
+    if facts.cpu_topology:
+        annotations[k.ANNOTATION_NODE_CPU_TOPOLOGY] = cpu_topology_annotation(facts.cpu_topology)
     return Node(
-        metadata=ObjectMeta(name=name, labels=labels),
+        metadata=ObjectMeta(name=name, labels=labels, annotations=annotations),
         status=NodeStatus(
             capacity=capacity,
             allocatable=capacity,

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from controller.reservations.controller import ReservationController
+from controller.scheduler.loop import SchedulerLoop
 from controller.store import Store
 
 __all__ = ["LOOPS", "ControlLoop", "LoopContext", "LoopFactory", "LoopRunner", "build_loops"]
@@ -47,6 +48,7 @@ LoopFactory = Callable[[], ControlLoop]
 #: Every control loop of the controller, in run order. Later features add their entries here.
 LOOPS: Mapping[str, LoopFactory] = {
     "reservations": ReservationController,
+    "scheduler": SchedulerLoop,
 }
 
 

@@ -14,10 +14,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from apis import constants
+from apis.core import Pod
 from apis.kinds import Kind
 from apis.meta import Object, ObjectMeta
 
 __all__ = [
+    "SERVER_SET_ANNOTATIONS",
     "Shape",
     "applied",
     "body_changed",
@@ -32,6 +35,22 @@ __all__ = [
 replace = msgspec.structs.replace
 ObjT = TypeVar("ObjT", bound=Object)
 _ENVELOPE = frozenset({"api_version", "kind", "metadata", "status"})
+
+#: Annotations the controller writes when it binds a pod (its devices, CPUs, reservation and
+#: gang) or fails to (the scheduler's diagnosis). An apply whose manifest does not name them
+#: keeps them, as ``kubectl apply`` keeps what it did not set.
+SERVER_SET_ANNOTATIONS = frozenset(
+    {
+        constants.ANNOTATION_DEVICE_ALLOCATED,
+        constants.ANNOTATION_RESOURCE_STATUS,
+        constants.ANNOTATION_RESERVATION_ALLOCATED,
+        constants.ANNOTATION_BIND_GANG_GROUP_ID,
+        constants.ANNOTATION_BIND_GANG_MEMBER_COUNT,
+        constants.ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED,
+        constants.ANNOTATION_BIND_GANG_MEMBER_COUNT_DEPRECATED,
+        "scheduling.koordpy.io/diagnosis",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +166,29 @@ def applied(shape: Shape, stored: ObjT, incoming: Object) -> ObjT:
         status = getattr(incoming, "status")  # noqa: B009 - not every kind has one
         if status != shape.default_status:
             fields["status"] = status
+    annotations = meta.annotations
+    kept = {
+        key: value
+        for key, value in stored.metadata.annotations.items()
+        if key in SERVER_SET_ANNOTATIONS and key not in annotations
+    }
+    if kept:
+        annotations = {**annotations, **kept}
+    if (
+        isinstance(stored, Pod)
+        and isinstance(incoming, Pod)
+        and stored.spec.node_name
+        and not incoming.spec.node_name
+    ):
+        # The scheduler's binding (a subresource in Kubernetes): a manifest naming no node
+        # does not unbind the pod.
+        fields["spec"] = replace(incoming.spec, node_name=stored.spec.node_name)
     return replace(
         stored,
         metadata=replace(
             stored.metadata,
             labels=meta.labels,
-            annotations=meta.annotations,
+            annotations=annotations,
             finalizers=meta.finalizers,
             owner_references=meta.owner_references,
         ),

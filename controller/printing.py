@@ -7,6 +7,7 @@ Every function here is pure: the current time is an argument.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -679,9 +680,31 @@ def describe(obj: Object, events: Iterable[Object | Wire] = (), *, now: datetime
         else:
             lines.extend(_mapping_lines([(_title(key), _scalar(value))], 0, width))
     lines.extend(_conditions(conditions))
+    lines.extend(_diagnosis(meta.get("annotations")))
     ordered = sorted(
         (e if isinstance(e, Mapping) else to_builtins(e) for e in events),
         key=lambda e: _timestamp(_event_time(e)) or datetime.min.replace(tzinfo=UTC),
     )
     lines.extend(_events(ordered, now))
     return "\n".join(lines) + "\n"
+
+
+_DIAGNOSIS = "scheduling.koordpy.io/diagnosis"
+
+
+def _diagnosis(annotations: Any) -> list[str]:
+    """The scheduler's per-plugin reasons for a pod it could not place, as a small table."""
+    if not isinstance(annotations, Mapping) or _DIAGNOSIS not in annotations:
+        return []
+    try:
+        counts = json.loads(annotations[_DIAGNOSIS])
+    except ValueError:
+        return []
+    if not isinstance(counts, Mapping):
+        return []
+    rows = [("Plugin", "Nodes", "Reason")]
+    for plugin in sorted(counts):
+        reasons = counts[plugin]
+        if isinstance(reasons, Mapping):
+            rows.extend((plugin, str(n), reason) for reason, n in sorted(reasons.items()))
+    return ["Scheduling Diagnosis:", *_small_table(2, rows)]

@@ -395,6 +395,14 @@ class Store:
         """Apply each object in one transaction; a failing one is reported in its place."""
         return self._write(self._apply_many, objs)
 
+    def update_many(
+        self, objs: Sequence[Object]
+    ) -> builtins.list[tuple[Object, Outcome] | StoreError]:
+        """Update each object (its resourceVersion must be current, as with :meth:`update`)
+        in one transaction; a failing one is reported in its place. What a control loop
+        uses to write back objects it read and changed."""
+        return self._write(self._update_many, objs)
+
     def _write(
         self,
         fn: Callable[Concatenate[_Transaction, P], T],
@@ -586,6 +594,22 @@ class Store:
         )
         txn.stage(key, shape.key, EventType.DELETED, last, stored)
         return last, Outcome.DELETED
+
+    def _update_many(
+        self, txn: _Transaction, objs: Sequence[Object]
+    ) -> builtins.list[tuple[Object, Outcome] | StoreError]:
+        results: builtins.list[tuple[Object, Outcome] | StoreError] = []
+        for obj in objs:
+            mark = txn.mark()
+            try:
+                version = txn.resource_version
+                saved = self._update(txn, obj)
+                changed = txn.resource_version != version
+                results.append((saved, Outcome.CONFIGURED if changed else Outcome.UNCHANGED))
+            except StoreError as err:
+                txn.rollback(mark)
+                results.append(err)
+        return results
 
     def _apply_many(
         self, txn: _Transaction, objs: Sequence[Object]

@@ -303,3 +303,27 @@ def test_involves_matches_kind_name_and_namespace() -> None:
     assert printing.involves(same, pod)
     assert not printing.involves(other_ns, pod)
     assert not printing.involves(other_kind, pod)
+
+
+def test_describe_shows_the_schedulers_reasons_per_plugin() -> None:
+    diagnosis = (
+        '{"NodeResourcesFit":{"Insufficient cpu":4990},'
+        '"TaintToleration":{"node(s) had untolerated taint {dedicated: gpu}":10}}'
+    )
+    pod = decode_object(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "big",
+                "namespace": "default",
+                "annotations": {"scheduling.koordpy.io/diagnosis": diagnosis},
+            },
+        }
+    )
+    lines = printing.describe(pod, [], now=NOW).splitlines()
+    start = lines.index("Scheduling Diagnosis:")
+    assert lines[start + 1].split() == ["Plugin", "Nodes", "Reason"]
+    assert lines[start + 3].split()[:3] == ["NodeResourcesFit", "4990", "Insufficient"]
+    assert lines[start + 4].split()[:2] == ["TaintToleration", "10"]
+    assert lines[start + 4].endswith("node(s) had untolerated taint {dedicated: gpu}")

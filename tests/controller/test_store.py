@@ -537,6 +537,25 @@ async def test_submit_many_answers_each_op_and_rolls_back_only_the_failing_one(
     await store.aclose()
 
 
+def test_update_many_reports_a_stale_object_in_its_place(store: Store) -> None:
+    first, second = store.create(widget("w0")), store.create(widget("w1"))
+    results = store.update_many(
+        [
+            with_spec(first, size=5),
+            with_spec(
+                replace(second, metadata=replace(second.metadata, resource_version="1")), size=6
+            ),
+            first,  # stale by now: w0 was just updated in this very batch
+        ]
+    )
+    assert isinstance(results[0], tuple)
+    assert results[0][1] is Outcome.CONFIGURED
+    assert isinstance(results[1], Conflict)
+    assert isinstance(results[2], Conflict)
+    assert store.get(WIDGETS, "w0").spec.size == 5
+    assert store.get(WIDGETS, "w1").spec == second.spec
+
+
 async def test_ops_in_one_batch_see_each_other(store: Store) -> None:
     store.create(widget("web"))
 

@@ -85,9 +85,11 @@ def test_state_survives_a_clean_restart(tmp_path: Path) -> None:
 
 
 def _pod(index: int) -> Pod:
+    # Left to another scheduler: binding them would change the versions this test checks.
     return Pod(
         metadata=ObjectMeta(name=f"load-{index:04d}", namespace="default", labels={"app": "load"}),
         spec=PodSpec(
+            scheduler_name="another-scheduler",
             containers=(
                 Container(
                     name="main",

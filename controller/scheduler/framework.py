@@ -1,0 +1,385 @@
+"""The scheduling framework: status values, cycle state, and one Protocol per extension point.
+
+A scheduling cycle (:mod:`controller.scheduler.cycle`) calls the plugins a
+:class:`~controller.scheduler.profile.Profile` enables, in profile order, at each point:
+
+============  =========================================================================
+PreFilter     ``pre_filter(state, pod, table) -> Status | NodeSubset``; once per pod. Not
+              Success ends the cycle (Unschedulable: every node gets the plugin's message;
+              Error: the pod backs off). Skip: the plugin's own Filter is not run for this
+              pod. A :class:`NodeSubset` limits the nodes the later points consider.
+Filter        ``filter(state, pod, table, candidates) -> FilterResult``; **vectorized**:
+              ``candidates`` is a bool mask over the table's rows (the nodes every earlier
+              filter accepted); the result holds the mask of those that pass and, for the
+              rejected ones, the reasons with the rows they apply to. A plugin that must
+              look at nodes one by one iterates over ``np.flatnonzero(candidates)``.
+PostFilter    ``post_filter(state, pod, table, diagnosis) -> PostFilterResult``; only when
+              no node passed (preemption lives here).
+PreScore      ``pre_score(state, pod, table, feasible) -> Status``; Skip: the plugin's
+              Score is not run for this pod (it has no opinion, e.g. no preferred terms).
+Score         ``score(state, pod, table, feasible) -> NDArray[int64]``, one value per
+              feasible row (``feasible`` is an index array, ascending). A plugin that also
+              has ``normalize(state, pod, scores) -> NDArray[int64]`` is normalized; the
+              final values must lie in ``0..MAX_NODE_SCORE``.
+Reserve       ``reserve(state, pod, table, row) -> Status`` after the table assumed the pod;
+              ``unreserve(state, pod, table, row)`` undoes it (must be idempotent).
+Permit        ``permit(state, pod, table, row) -> Status``; Wait holds the pod (gangs).
+PreBind       ``pre_bind(state, pod, table, row) -> PreBindResult``: annotations and labels
+              to set on the pod; the loop merges every plugin's and writes them together
+              with the binding in one store write (Koordinator's ``DefaultPreBind``).
+Bind          ``bind(state, pod, table, row) -> Status``: Skip passes the pod on to the next
+              binder; when every binder skips, the loop's default binder writes
+              ``spec.nodeName``.
+============  =========================================================================
+
+Plugins are pure: they read the :class:`~controller.scheduler.nodetable.NodeTable` (never
+write it; the loop owns it and assumes/forgets pods), the
+:class:`~controller.scheduler.podinfo.PodInfo`, and their own per-pod scratch space in
+:class:`CycleState`. A plugin never raises for "does not fit"; an exception is turned into an
+Error status by the cycle. Every plugin has a ``name`` (the registry key).
+
+A plugin that needs more of the cluster than the table holds (Device objects, NodeMetrics,
+Reservations, PodGroups, quotas) also implements :class:`ClusterStatePlugin`: the loop calls
+``sync(snapshot, table)`` once per pass, before scheduling, with the store snapshot; the
+plugin rebuilds whatever per-node state it keeps (aligned to ``table.index``) and returns
+True when something changed that may let unschedulable pods fit (they are then retried).
+Its Reserve/Unreserve keep that state in step with the pods placed during the pass.
+
+Adding a plugin: a module under ``controller/scheduler/plugins/`` (or its own package) with
+a class that has ``name`` and ``__init__(self, args)``, an ``Args`` subclass of
+:class:`PluginArgs` holding its defaults (or :class:`NoArgs`), the methods of the points it
+serves; an entry in :data:`controller.scheduler.profile.PLUGINS`; and its place in
+:data:`controller.scheduler.profile.DEFAULT_CONFIG` as the shipped profile orders it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from apis.meta import Model
+
+if TYPE_CHECKING:
+    from controller.scheduler.nodetable import NodeTable
+    from controller.scheduler.podinfo import PodInfo
+    from controller.snapshots import Snapshot
+
+__all__ = [
+    "MAX_NODE_SCORE",
+    "SKIP",
+    "SUCCESS",
+    "BindPlugin",
+    "ClusterStatePlugin",
+    "Code",
+    "CycleState",
+    "Diagnosis",
+    "FilterPlugin",
+    "FilterResult",
+    "NoArgs",
+    "NodeSubset",
+    "NormalizeScorePlugin",
+    "PermitPlugin",
+    "Plugin",
+    "PluginArgs",
+    "PostFilterPlugin",
+    "PostFilterResult",
+    "PreBindPlugin",
+    "PreBindResult",
+    "PreFilterPlugin",
+    "PreScorePlugin",
+    "Rejection",
+    "ReservePlugin",
+    "ScorePlugin",
+    "Status",
+    "default_normalize",
+]
+
+#: The highest score a plugin may give a node (kube-scheduler's ``MaxNodeScore``).
+MAX_NODE_SCORE = 100
+
+Mask = NDArray[np.bool_]
+Rows = NDArray[np.intp]
+Scores = NDArray[np.int64]
+
+T = TypeVar("T")
+
+
+class Code(enum.IntEnum):
+    """A status code, kube-scheduler's set."""
+
+    SUCCESS = 0
+    #: Something went wrong (not the pod's fault): the pod goes to the backoff queue.
+    ERROR = 1
+    #: Does not fit now; preemption may help.
+    UNSCHEDULABLE = 2
+    #: Does not fit, and preemption cannot change that on this node.
+    UNSCHEDULABLE_AND_UNRESOLVABLE = 3
+    #: Permit only: hold the pod (gangs).
+    WAIT = 4
+    #: PreFilter/PreScore: this plugin has nothing to do for the pod; Bind: not mine.
+    SKIP = 5
+
+    @property
+    def rejects(self) -> bool:
+        return self in (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A plugin's verdict: a code, human-readable reasons, and the plugin that gave it."""
+
+    code: Code = Code.SUCCESS
+    reasons: tuple[str, ...] = ()
+    plugin: str = ""
+
+    @property
+    def is_success(self) -> bool:
+        return self.code is Code.SUCCESS
+
+    @property
+    def message(self) -> str:
+        """The reasons joined by ``, `` (kube-scheduler's ``Status.Message``)."""
+        return ", ".join(self.reasons)
+
+    @classmethod
+    def of(cls, code: Code, *reasons: str, plugin: str = "") -> Status:
+        return cls(code, reasons, plugin)
+
+
+SUCCESS = Status()
+SKIP = Status(Code.SKIP)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """One reason a filter rejected some nodes: the reason text, its code, and the rows."""
+
+    reason: str
+    code: Code
+    rows: Rows
+
+
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    """What a vectorized filter returns.
+
+    ``passed`` is a bool mask over every row (False outside the candidates); ``rejections``
+    name, for each reason, the candidate rows it rejected. A row may appear under several
+    reasons of the same plugin (``Insufficient cpu`` and ``Insufficient memory``), and
+    every rejected candidate appears under at least one. With no rejections ``passed`` may
+    be the ``candidates`` array itself: filters never write into their inputs (the first
+    filter's candidates are the table's read-only ``all_mask``).
+    """
+
+    passed: Mask
+    rejections: tuple[Rejection, ...] = ()
+
+    @classmethod
+    def accept(cls, candidates: Mask) -> FilterResult:
+        """Every candidate passes."""
+        return cls(candidates)
+
+    @classmethod
+    def reject_where(
+        cls, candidates: Mask, failed: Mask, reason: str, code: Code = Code.UNSCHEDULABLE
+    ) -> FilterResult:
+        """Candidates where ``failed`` holds are rejected for one reason."""
+        rejected = candidates & failed
+        if not np.count_nonzero(rejected):
+            return cls(candidates)
+        return cls(candidates & ~failed, (Rejection(reason, code, np.flatnonzero(rejected)),))
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """Why a pod fits nowhere: per plugin, per reason, the number of nodes.
+
+    ``counts`` is ``plugin -> reason -> nodes``; ``codes`` the code of each
+    ``(plugin, reason)``; ``pre_filter`` the message of a rejecting PreFilter (then every
+    node counts under it); ``post_filter`` what PostFilter added (kube-scheduler appends it).
+    """
+
+    nodes: int
+    counts: Mapping[str, Mapping[str, int]]
+    codes: Mapping[tuple[str, str], Code] = field(default_factory=dict)
+    pre_filter: str = ""
+    post_filter: str = ""
+
+    def histogram(self) -> dict[str, int]:
+        """Reason text -> nodes, merged over plugins (the FitError summary counts these)."""
+        merged: dict[str, int] = {}
+        for reasons in self.counts.values():
+            for reason, count in reasons.items():
+                merged[reason] = merged.get(reason, 0) + count
+        return merged
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSubset:
+    """A PreFilter's answer that narrows the nodes the rest of the cycle looks at.
+
+    The cycle intersects the subsets of every PreFilter; nodes left out are reported as
+    ``node(s) didn't satisfy plugin(s) [<names>]`` (UnschedulableAndUnresolvable).
+    """
+
+    rows: Mask
+    status: Status = SUCCESS
+
+
+@dataclass(frozen=True, slots=True)
+class PostFilterResult:
+    """A PostFilter's answer; ``nominated`` is the row the pod may use after preemption."""
+
+    status: Status
+    nominated: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PreBindResult:
+    status: Status = SUCCESS
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class CycleState:
+    """Per-pod scratch space: plugins write in PreFilter and read at later points.
+
+    Keys are conventionally the plugin's name (plus a suffix when one plugin keeps several
+    entries). ``read`` checks the type so a plugin gets what it stored or a clear error.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data: dict[str, object] = {}
+
+    def write(self, key: str, value: object) -> None:
+        self._data[key] = value
+
+    def read(self, key: str, kind: type[T]) -> T:
+        value = self._data[key]
+        if not isinstance(value, kind):
+            raise TypeError(f"cycle state {key!r} holds {type(value).__name__}, not {kind}")
+        return value
+
+    def get(self, key: str, kind: type[T]) -> T | None:
+        value = self._data.get(key)
+        return value if isinstance(value, kind) else None
+
+    def delete(self, key: str) -> None:
+        self._data.pop(key, None)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class PluginArgs(Model):
+    """Base of every plugin's ``Args``: frozen, camelCase on the wire, unknown fields
+    rejected; the field defaults are the plugin's documented defaults."""
+
+
+class NoArgs(PluginArgs):
+    """Args of a plugin that takes none."""
+
+
+# --- extension points ---------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    name: str
+
+
+@runtime_checkable
+class ClusterStatePlugin(Plugin, Protocol):
+    def sync(self, snapshot: Snapshot, table: NodeTable) -> bool: ...
+
+
+@runtime_checkable
+class PreFilterPlugin(Plugin, Protocol):
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, table: NodeTable
+    ) -> Status | NodeSubset: ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    def filter(
+        self, state: CycleState, pod: PodInfo, table: NodeTable, candidates: Mask
+    ) -> FilterResult: ...
+
+
+@runtime_checkable
+class PostFilterPlugin(Plugin, Protocol):
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, table: NodeTable, diagnosis: Diagnosis
+    ) -> PostFilterResult: ...
+
+
+@runtime_checkable
+class PreScorePlugin(Plugin, Protocol):
+    def pre_score(
+        self, state: CycleState, pod: PodInfo, table: NodeTable, feasible: Rows
+    ) -> Status: ...
+
+
+@runtime_checkable
+class ScorePlugin(Plugin, Protocol):
+    def score(
+        self, state: CycleState, pod: PodInfo, table: NodeTable, feasible: Rows
+    ) -> Scores: ...
+
+
+@runtime_checkable
+class NormalizeScorePlugin(Plugin, Protocol):
+    def normalize(self, state: CycleState, pod: PodInfo, scores: Scores) -> Scores: ...
+
+
+@runtime_checkable
+class ReservePlugin(Plugin, Protocol):
+    def reserve(self, state: CycleState, pod: PodInfo, table: NodeTable, row: int) -> Status: ...
+
+    def unreserve(self, state: CycleState, pod: PodInfo, table: NodeTable, row: int) -> None: ...
+
+
+@runtime_checkable
+class PermitPlugin(Plugin, Protocol):
+    def permit(self, state: CycleState, pod: PodInfo, table: NodeTable, row: int) -> Status: ...
+
+
+@runtime_checkable
+class PreBindPlugin(Plugin, Protocol):
+    def pre_bind(
+        self, state: CycleState, pod: PodInfo, table: NodeTable, row: int
+    ) -> PreBindResult: ...
+
+
+@runtime_checkable
+class BindPlugin(Plugin, Protocol):
+    def bind(self, state: CycleState, pod: PodInfo, table: NodeTable, row: int) -> Status: ...
+
+
+def default_normalize(scores: Scores, *, reverse: bool = False) -> Scores:
+    """Scale to ``0..MAX_NODE_SCORE`` by the highest score (kube-scheduler's helper).
+
+    All zero: unchanged, or all ``MAX_NODE_SCORE`` when ``reverse``. Integer division.
+    """
+    if scores.size == 0:
+        return scores
+    top = int(scores.max())
+    if top == 0:
+        return np.full_like(scores, MAX_NODE_SCORE) if reverse else scores
+    scaled = scores * MAX_NODE_SCORE // top
+    return MAX_NODE_SCORE - scaled if reverse else scaled

@@ -1,0 +1,1 @@
+"""Scheduler plugins, one module each; :data:`controller.scheduler.profile.PLUGINS` lists them."""

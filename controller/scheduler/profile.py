@@ -1,0 +1,261 @@
+"""Plugin registry and scheduling profiles.
+
+``PLUGINS`` is the explicit name -> :class:`PluginSpec` table: each plugin's ``Args`` Struct
+(its defaults are the plugin's defaults) and its factory. A :class:`ProfileConfig` (what a
+user writes, camelCase) names the plugins enabled at each extension point, in order, the
+score weights, and per-plugin args; :func:`build_profile` checks every name against the
+registry and every plugin against the extension point's Protocol, decodes the args (a bad
+field raises :class:`ProfileError` naming the plugin and the field), and instantiates each
+plugin once, shared by all the points it is enabled at.
+
+Profiles are selected by ``spec.schedulerName`` (empty means ``default-scheduler``, as the
+API server defaults it). :data:`DEFAULT_CONFIG` is the shipped ``koord-scheduler`` profile
+(controller-spec §8) restricted to the plugins that exist so far, in the shipped order:
+
+- filter: NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodeResourcesFit
+  (upstream's default order; LoadAwareScheduling, NodeNUMAResource, DeviceShare and
+  Reservation are appended when they land);
+- preScore/score: TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1 (upstream weights;
+  LoadAwareScheduling 1, NodeNUMAResource 1, DeviceShare 1, Reservation 5000, Coscheduling 1
+  come with their plugins);
+- NodeResourcesFit args: LeastAllocated over cpu, memory, batch-cpu, batch-memory, weight 1.
+
+koordpy is the only scheduler in ``koordpy up``, so the default profile also serves
+``default-scheduler`` (and pods that name no scheduler): ``aliases`` lists the extra names a
+profile answers to. Pods naming a scheduler no profile serves are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from apis.meta import Model
+from controller.scheduler import framework as fw
+from controller.scheduler.plugins.nodeaffinity import NodeAffinity
+from controller.scheduler.plugins.nodename import NodeName
+from controller.scheduler.plugins.noderesources import NodeResourcesFit, NodeResourcesFitArgs
+from controller.scheduler.plugins.nodeunschedulable import NodeUnschedulable
+from controller.scheduler.plugins.tainttoleration import TaintToleration
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "DEFAULT_SCHEDULER",
+    "KOORD_SCHEDULER",
+    "PLUGINS",
+    "PluginConfig",
+    "PluginSpec",
+    "Profile",
+    "ProfileConfig",
+    "ProfileError",
+    "ScoreEntry",
+    "WeightedPlugin",
+    "build_profile",
+    "default_profile",
+    "profiles_by_scheduler",
+]
+
+KOORD_SCHEDULER = "koord-scheduler"
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+class ProfileError(ValueError):
+    """A profile that names an unknown plugin, misplaces one, or gives it bad args."""
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSpec:
+    """A registry entry: the plugin's Args type and a factory taking decoded Args."""
+
+    args: type[fw.PluginArgs]
+    factory: Callable[[Any], fw.Plugin]
+
+
+#: Every plugin koordpy has, by name. Later plugins add their entries here.
+PLUGINS: Mapping[str, PluginSpec] = {
+    "NodeUnschedulable": PluginSpec(fw.NoArgs, NodeUnschedulable),
+    "NodeName": PluginSpec(fw.NoArgs, NodeName),
+    "TaintToleration": PluginSpec(fw.NoArgs, TaintToleration),
+    "NodeAffinity": PluginSpec(fw.NoArgs, NodeAffinity),
+    "NodeResourcesFit": PluginSpec(NodeResourcesFitArgs, NodeResourcesFit),
+}
+
+
+# --- configuration (the wire form) -------------------------------------------------------------
+
+
+class WeightedPlugin(Model):
+    name: str
+    weight: int = 1
+
+
+class PluginConfig(Model):
+    name: str
+    args: dict[str, Any] = {}
+
+
+class ProfileConfig(Model):
+    scheduler_name: str = KOORD_SCHEDULER
+    #: Other ``schedulerName`` values this profile serves.
+    aliases: tuple[str, ...] = ()
+    pre_filter: tuple[str, ...] = ()
+    filter: tuple[str, ...] = ()
+    post_filter: tuple[str, ...] = ()
+    pre_score: tuple[str, ...] = ()
+    score: tuple[WeightedPlugin, ...] = ()
+    reserve: tuple[str, ...] = ()
+    permit: tuple[str, ...] = ()
+    pre_bind: tuple[str, ...] = ()
+    bind: tuple[str, ...] = ()
+    plugin_config: tuple[PluginConfig, ...] = ()
+
+
+DEFAULT_CONFIG = ProfileConfig(
+    scheduler_name=KOORD_SCHEDULER,
+    aliases=(DEFAULT_SCHEDULER,),
+    filter=("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodeResourcesFit"),
+    pre_score=("TaintToleration", "NodeAffinity"),
+    score=(
+        WeightedPlugin(name="TaintToleration", weight=3),
+        WeightedPlugin(name="NodeAffinity", weight=2),
+        WeightedPlugin(name="NodeResourcesFit", weight=1),
+    ),
+)
+
+
+# --- built profiles ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreEntry:
+    plugin: fw.ScorePlugin
+    weight: int
+    #: The plugin also normalizes (looked up once here, not per pod).
+    normalizer: fw.NormalizeScorePlugin | None
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """The plugins of one scheduler name, per extension point, in run order."""
+
+    scheduler_name: str
+    aliases: tuple[str, ...]
+    pre_filter: tuple[fw.PreFilterPlugin, ...]
+    filter: tuple[fw.FilterPlugin, ...]
+    post_filter: tuple[fw.PostFilterPlugin, ...]
+    pre_score: tuple[fw.PreScorePlugin, ...]
+    score: tuple[ScoreEntry, ...]
+    reserve: tuple[fw.ReservePlugin, ...]
+    permit: tuple[fw.PermitPlugin, ...]
+    pre_bind: tuple[fw.PreBindPlugin, ...]
+    bind: tuple[fw.BindPlugin, ...]
+    #: Every instantiated plugin by name.
+    plugins: Mapping[str, fw.Plugin]
+
+    @property
+    def scheduler_names(self) -> tuple[str, ...]:
+        return (self.scheduler_name, *self.aliases)
+
+
+_POINTS: Mapping[str, type] = {
+    "preFilter": fw.PreFilterPlugin,
+    "filter": fw.FilterPlugin,
+    "postFilter": fw.PostFilterPlugin,
+    "preScore": fw.PreScorePlugin,
+    "score": fw.ScorePlugin,
+    "reserve": fw.ReservePlugin,
+    "permit": fw.PermitPlugin,
+    "preBind": fw.PreBindPlugin,
+    "bind": fw.BindPlugin,
+}
+
+
+def _decode_args(name: str, spec: PluginSpec, raw: Mapping[str, Any]) -> fw.PluginArgs:
+    try:
+        return msgspec.convert(dict(raw), type=spec.args)
+    except (msgspec.ValidationError, ValueError, TypeError) as err:
+        raise ProfileError(f"plugin {name}: invalid args: {err}") from err
+
+
+def build_profile(
+    config: ProfileConfig = DEFAULT_CONFIG, registry: Mapping[str, PluginSpec] = PLUGINS
+) -> Profile:
+    """Instantiate ``config``'s plugins; :class:`ProfileError` for anything wrong in it."""
+    raw_args: dict[str, Mapping[str, Any]] = {}
+    for entry in config.plugin_config:
+        if entry.name in raw_args:
+            raise ProfileError(f"pluginConfig: {entry.name} is configured twice")
+        raw_args[entry.name] = entry.args
+    points: dict[str, tuple[str, ...]] = {
+        "preFilter": config.pre_filter,
+        "filter": config.filter,
+        "postFilter": config.post_filter,
+        "preScore": config.pre_score,
+        "score": tuple(w.name for w in config.score),
+        "reserve": config.reserve,
+        "permit": config.permit,
+        "preBind": config.pre_bind,
+        "bind": config.bind,
+    }
+    instances: dict[str, fw.Plugin] = {}
+    for point, names in points.items():
+        for name in names:
+            spec = registry.get(name)
+            if spec is None:
+                raise ProfileError(f"{point}: unknown plugin {name!r}")
+            if names.count(name) > 1:
+                raise ProfileError(f"{point}: {name} is enabled twice")
+            if name not in instances:
+                args = _decode_args(name, spec, raw_args.get(name, {}))
+                instances[name] = spec.factory(args)
+            if not isinstance(instances[name], _POINTS[point]):
+                raise ProfileError(f"{point}: plugin {name} has no {point} extension point")
+    for name in raw_args:
+        if name not in instances:
+            raise ProfileError(f"pluginConfig: {name} is not enabled at any extension point")
+    for weighted in config.score:
+        if weighted.weight < 1:
+            raise ProfileError(f"score: {weighted.name} weight must be >= 1, got {weighted.weight}")
+
+    def pick(point: str) -> tuple[Any, ...]:
+        return tuple(instances[name] for name in points[point])
+
+    scores = []
+    for weighted in config.score:
+        plugin = instances[weighted.name]
+        assert isinstance(plugin, fw.ScorePlugin)
+        normalizer = plugin if isinstance(plugin, fw.NormalizeScorePlugin) else None
+        scores.append(ScoreEntry(plugin, weighted.weight, normalizer))
+    return Profile(
+        scheduler_name=config.scheduler_name,
+        aliases=config.aliases,
+        pre_filter=pick("preFilter"),
+        filter=pick("filter"),
+        post_filter=pick("postFilter"),
+        pre_score=pick("preScore"),
+        score=tuple(scores),
+        reserve=pick("reserve"),
+        permit=pick("permit"),
+        pre_bind=pick("preBind"),
+        bind=pick("bind"),
+        plugins=instances,
+    )
+
+
+def default_profile() -> Profile:
+    """The shipped ``koord-scheduler`` profile (also serving ``default-scheduler``)."""
+    return build_profile(DEFAULT_CONFIG)
+
+
+def profiles_by_scheduler(profiles: Sequence[Profile]) -> dict[str, Profile]:
+    """``schedulerName`` -> profile; a name claimed twice is a :class:`ProfileError`."""
+    table: dict[str, Profile] = {}
+    for profile in profiles:
+        for name in profile.scheduler_names:
+            if name in table:
+                raise ProfileError(f"schedulerName {name!r} is served by two profiles")
+            table[name] = profile
+    return table

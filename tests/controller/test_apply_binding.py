@@ -1,0 +1,57 @@
+"""Applying a pod's manifest again keeps what the scheduler added when it bound the pod."""
+
+from __future__ import annotations
+
+import msgspec
+
+from apis.core import Container, Pod, PodSpec
+from apis.kinds import default_registry
+from apis.meta import ObjectMeta
+from controller.store import Outcome, Store
+
+DEVICES = "scheduling.koordinator.sh/device-allocated"
+replace = msgspec.structs.replace
+
+
+def manifest(**annotations: str) -> Pod:
+    return Pod(
+        metadata=ObjectMeta(name="train", namespace="default", annotations=annotations),
+        spec=PodSpec(containers=(Container(name="main", image="trainer"),)),
+    )
+
+
+def bound(store: Store) -> Pod:
+    stored = store.apply(manifest(team="a"))[0]
+    allocation = '{"gpu":[{"minor":0}]}'
+    return store.update(
+        replace(
+            stored,
+            metadata=replace(
+                stored.metadata, annotations={**stored.metadata.annotations, DEVICES: allocation}
+            ),
+            spec=replace(stored.spec, node_name="gpu-1"),
+        )
+    )
+
+
+def test_the_same_manifest_again_is_unchanged_and_keeps_the_binding() -> None:
+    store = Store(registry=default_registry())
+    placed = bound(store)
+    again, outcome = store.apply(manifest(team="a"))
+    assert outcome is Outcome.UNCHANGED
+    assert again.spec.node_name == "gpu-1"
+    assert again.metadata.annotations[DEVICES] == placed.metadata.annotations[DEVICES]
+
+
+def test_the_users_own_annotations_follow_the_manifest() -> None:
+    store = Store(registry=default_registry())
+    bound(store)
+    again, outcome = store.apply(manifest(owner="b"))
+    assert outcome is Outcome.CONFIGURED
+    assert "team" not in again.metadata.annotations, "a key the user dropped is dropped"
+    assert again.metadata.annotations["owner"] == "b"
+    assert DEVICES in again.metadata.annotations
+    assert again.spec.node_name == "gpu-1"
+    # A manifest that names a server-set annotation itself wins.
+    named, _ = store.apply(manifest(**{DEVICES: "{}"}))
+    assert named.metadata.annotations[DEVICES] == "{}"
