@@ -213,10 +213,13 @@ def accelerator_resources(device: Device | None) -> ResourceList:
     if not healthy:
         return ResourceList()
     totals = ResourceList.total(d.resources.mask(_SUMMED) for d in healthy)
-    extra: dict[str, int] = {}
     vendor = device.metadata.labels.get(k.LABEL_GPU_VENDOR, "")
     model = device.metadata.labels.get(k.LABEL_GPU_MODEL, "")
     count = len(healthy)
+    # Shared-GPU pods (`gpu.shared` with gpu-core / gpu-memory) are counted against this,
+    # 100 per healthy card, so the node's fit check admits them (Koordinator reports it
+    # behind a feature gate; koordpy always does).
+    extra: dict[str, int] = {k.RESOURCE_GPU_SHARED: 100 * count}
     if vendor == k.GPU_VENDOR_NVIDIA:
         extra[k.RESOURCE_NVIDIA_GPU] = count
         extra[k.RESOURCE_GPU] = totals.get_amount(k.RESOURCE_GPU_CORE)

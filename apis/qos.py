@@ -29,6 +29,7 @@ __all__ = [
     "kube_qos",
     "priority_class",
     "priority_value",
+    "scheduling_priority",
     "sub_priority",
 ]
 
@@ -139,6 +140,19 @@ def priority_value(pod: Pod) -> int:
     if pod.spec.priority:
         return pod.spec.priority
     return priority_class(pod).default_value
+
+
+def scheduling_priority(pod: Pod) -> int:
+    """The priority a scheduler orders and preempts by: ``spec.priority``; when unset, what
+    admission would set for a Koordinator priority class named by ``spec.priorityClassName``
+    (``koord-prod`` 9500, ...); else 0, as Kubernetes gives a pod without a priority class."""
+    if pod.spec.priority is not None:
+        return pod.spec.priority
+    try:
+        named = PriorityClass(pod.spec.priority_class_name)
+    except ValueError:
+        return 0
+    return named.default_value
 
 
 def sub_priority(pod: Pod) -> int:

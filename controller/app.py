@@ -1,5 +1,8 @@
 """Assembling the controller: store, API, metrics, control loops, and the agents' side.
 
+The controller's metrics registry (``[metrics] address``, ``:9317``) carries the scheduler's
+metrics (:mod:`controller.scheduler.metrics`) beside the controller's own.
+
 Both ``koordpy controller run`` and the all-in-one ``koordpy up`` build the controller here and
 differ only in what runs beside it. Agents reach the controller through a bus: ``koordpy up``
 passes its in-process one; ``koordpy controller run`` with ``[ingest] transport = "mqtt"`` makes
@@ -12,6 +15,7 @@ went offline or silent.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +27,10 @@ from controller.api.server import ApiServer
 from controller.config import ControllerConfig
 from controller.ingest import Ingest
 from controller.liveness import Liveness
-from controller.loops import LoopRunner, build_loops
+from controller.loops import LOOPS, LoopRunner, build_loops
 from controller.nodefeed import NodeFeed
+from controller.scheduler.loop import SchedulerLoop
+from controller.scheduler.metrics import SchedulerMetrics
 from controller.store import Store
 from koordpy import lifecycle
 from koordpy.bus import Bus
@@ -89,7 +95,11 @@ async def open_controller(
     )
     await stack.enter_async_context(api)
     metrics = stack.enter_context(serve_metrics(metrics_address or cfg.metrics.address, registry))
-    components: list[lifecycle.Component] = [LoopRunner(store, build_loops())]
+    scheduler_metrics = SchedulerMetrics(registry)
+    loops = build_loops(
+        {**LOOPS, "scheduler": functools.partial(SchedulerLoop, metrics=scheduler_metrics)}
+    )
+    components: list[lifecycle.Component] = [LoopRunner(store, loops)]
     if bus is None and cfg.ingest.transport == "mqtt":
         bus = await _bridge(stack, cfg, registry)
     if bus is not None:

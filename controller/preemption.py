@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from apis.core import Pod, pod_requests
+from apis.qos import scheduling_priority
 from apis.resources import ResourceList
 
 __all__ = [
@@ -72,8 +73,9 @@ _POD_SLOT: Final = "pods"
 
 
 def pod_priority(pod: Pod) -> int:
-    """``spec.priority``, 0 when unset (the admission plugin normally fills it in)."""
-    return pod.spec.priority or 0
+    """The pod's scheduling priority (:func:`apis.qos.scheduling_priority`), the one the
+    scheduling queue orders by."""
+    return scheduling_priority(pod)
 
 
 def _start(pod: Pod) -> float:

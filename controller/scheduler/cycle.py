@@ -7,6 +7,9 @@
 2. Filter plugins in profile order, each seeing only the nodes every earlier filter accepted,
    so a node's reasons come from the first plugin that rejects it. Every node is considered
    (no sampling);
+   A PreFilter plugin that prefers nodes (``PreferNodesPlugin``, the scheduling hint) has
+   the Filter chain run on each of its nodes in order first; the first that passes becomes
+   the only candidate;
 3. when no node is left: PostFilter plugins, and an Unschedulable decision carrying the
    :class:`~controller.scheduler.framework.Diagnosis`;
 4. PreScore (Skip drops the plugin's Score for this pod) and Score plugins over every
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from apis.core import Pod
 from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
@@ -59,6 +63,8 @@ class Decision:
     node: str = ""
     diagnosis: fw.Diagnosis | None = None
     nominated: str = ""
+    #: Pods to evict so that the pod fits on ``nominated`` (PostFilter preemption).
+    victims: tuple[Pod, ...] = ()
 
     @property
     def placed(self) -> bool:
@@ -114,6 +120,7 @@ def _schedule(profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleS
     skipped: set[str] = set()
     candidates = table.all_mask
     narrowed_by: list[str] = []
+    unresolvable: list[fw.Rows] = []
 
     for pre in profile.pre_filter:
         try:
@@ -144,8 +151,14 @@ def _schedule(profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleS
             reason = _excluded_reason(narrowed_by)
             counts[narrowed_by[0]] = {reason: left_out}
             codes[(narrowed_by[0], reason)] = fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+            unresolvable.append(np.flatnonzero(~candidates))
 
     alive = bool(np.count_nonzero(candidates)) if narrowed_by else nodes > 0
+    if alive and profile.prefer_nodes:
+        preferred = _preferred_row(profile, table, pod, state, candidates, skipped)
+        if preferred is not None:
+            candidates = np.zeros(nodes, dtype=np.bool_)
+            candidates[preferred] = True
     for plugin in profile.filter:
         if not alive:
             break
@@ -162,6 +175,8 @@ def _schedule(profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleS
             seen = per_plugin.get(rejection.reason, 0)
             per_plugin[rejection.reason] = seen + len(rejection.rows)
             codes[(plugin.name, rejection.reason)] = rejection.code
+            if rejection.code is fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                unresolvable.append(rejection.rows)
         if result.rejections:
             alive = bool(np.count_nonzero(result.passed))
         candidates = result.passed
@@ -169,11 +184,64 @@ def _schedule(profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleS
     left = int(np.count_nonzero(candidates))
     feasible = table.all_rows if left == nodes else np.flatnonzero(candidates)
     if left == 0:
-        diagnosis = fw.Diagnosis(nodes=nodes, counts=counts, codes=codes)
+        diagnosis = fw.Diagnosis(
+            nodes=nodes,
+            counts=counts,
+            codes=codes,
+            unresolvable=np.unique(np.concatenate(unresolvable))
+            if unresolvable
+            else np.empty(0, dtype=np.intp),
+        )
         return _unschedulable(profile, table, pod, state, diagnosis, "")
 
     row = int(feasible[0]) if len(feasible) == 1 else _select(profile, table, pod, state, feasible)
     return _assume_and_reserve(profile, table, pod, state, row)
+
+
+def _passes_filters(
+    profile: Profile,
+    table: NodeTable,
+    pod: PodInfo,
+    state: fw.CycleState,
+    row: int,
+    skipped: set[str],
+) -> bool:
+    mask = np.zeros(len(table), dtype=np.bool_)
+    mask[row] = True
+    for plugin in profile.filter:
+        if plugin.name in skipped:
+            continue
+        try:
+            result = plugin.filter(state, pod, table, mask)
+        except Exception as err:
+            raise _call_failed(plugin.name, err) from err
+        for rejection in result.rejections:
+            if rejection.code is fw.Code.ERROR:
+                raise _PluginFailedError(fw.Status(fw.Code.ERROR, (rejection.reason,), plugin.name))
+        if not result.passed[row]:
+            return False
+        mask = result.passed
+    return True
+
+
+def _preferred_row(
+    profile: Profile,
+    table: NodeTable,
+    pod: PodInfo,
+    state: fw.CycleState,
+    candidates: fw.Mask,
+    skipped: set[str],
+) -> int | None:
+    """The first preferred row the whole Filter chain accepts (PreferNodesPlugin)."""
+    for prefer in profile.prefer_nodes:
+        try:
+            rows = prefer.preferred_rows(state, pod, table, candidates)
+        except Exception as err:
+            raise _call_failed(prefer.name, err) from err
+        for row in rows:
+            if _passes_filters(profile, table, pod, state, row, skipped):
+                return row
+    return None
 
 
 def _unschedulable(
@@ -185,6 +253,7 @@ def _unschedulable(
     plugin: str,
 ) -> Decision:
     nominated = ""
+    victims: tuple[Pod, ...] = ()
     messages: list[str] = []
     for post in profile.post_filter:
         try:
@@ -195,6 +264,7 @@ def _unschedulable(
             messages.append(result.message)
         if result.status.is_success and result.nominated is not None:
             nominated = table.names[result.nominated]
+            victims = result.victims
             break
     if messages:
         diagnosis = fw.Diagnosis(
@@ -203,9 +273,10 @@ def _unschedulable(
             codes=diagnosis.codes,
             pre_filter=diagnosis.pre_filter,
             post_filter=" ".join(messages),
+            unresolvable=diagnosis.unresolvable,
         )
     status = fw.Status(fw.Code.UNSCHEDULABLE, (), plugin)
-    return Decision(pod, state, status, diagnosis=diagnosis, nominated=nominated)
+    return Decision(pod, state, status, diagnosis=diagnosis, nominated=nominated, victims=victims)
 
 
 def _select(

@@ -23,7 +23,8 @@ Score         ``score(state, pod, table, feasible) -> NDArray[int64]``, one valu
               final values must lie in ``0..MAX_NODE_SCORE``.
 Reserve       ``reserve(state, pod, table, row) -> Status`` after the table assumed the pod;
               ``unreserve(state, pod, table, row)`` undoes it (must be idempotent).
-Permit        ``permit(state, pod, table, row) -> Status``; Wait holds the pod (gangs).
+Permit        ``permit(state, pod, table, row) -> Status``; Wait holds the pod assumed on
+              its node until the plugin (a :class:`WaitingPermitPlugin`) resolves it (gangs).
 PreBind       ``pre_bind(state, pod, table, row) -> PreBindResult``: annotations and labels
               to set on the pod; the loop merges every plugin's and writes them together
               with the binding in one store write (Koordinator's ``DefaultPreBind``).
@@ -55,7 +56,7 @@ serves; an entry in :data:`controller.scheduler.profile.PLUGINS`; and its place 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
@@ -65,6 +66,9 @@ from numpy.typing import NDArray
 from apis.meta import Model
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    from apis.core import Pod
     from controller.scheduler.nodetable import NodeTable
     from controller.scheduler.podinfo import PodInfo
     from controller.snapshots import Snapshot
@@ -92,10 +96,13 @@ __all__ = [
     "PreBindResult",
     "PreFilterPlugin",
     "PreScorePlugin",
+    "PreferNodesPlugin",
     "Rejection",
     "ReservePlugin",
     "ScorePlugin",
     "Status",
+    "TimedPlugin",
+    "WaitingPermitPlugin",
     "default_normalize",
 ]
 
@@ -209,6 +216,8 @@ class Diagnosis:
     codes: Mapping[tuple[str, str], Code] = field(default_factory=dict)
     pre_filter: str = ""
     post_filter: str = ""
+    #: Rows rejected as UnschedulableAndUnresolvable (no eviction helps there).
+    unresolvable: Rows = field(default_factory=lambda: np.empty(0, dtype=np.intp))
 
     def histogram(self) -> dict[str, int]:
         """Reason text -> nodes, merged over plugins (the FitError summary counts these)."""
@@ -233,11 +242,13 @@ class NodeSubset:
 
 @dataclass(frozen=True, slots=True)
 class PostFilterResult:
-    """A PostFilter's answer; ``nominated`` is the row the pod may use after preemption."""
+    """A PostFilter's answer; ``nominated`` is the row the pod may use after preemption,
+    once ``victims`` (deleted by the loop) are gone."""
 
     status: Status
     nominated: int | None = None
     message: str = ""
+    victims: tuple[Pod, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,10 +319,29 @@ class ClusterStatePlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class TimedPlugin(Plugin, Protocol):
+    """A plugin that reads the loop's clock: ``set_time(now)`` at the start of each pass,
+    before any ``sync``; the pass's attempts all happen at that time."""
+
+    def set_time(self, now: datetime) -> None: ...
+
+
+@runtime_checkable
 class PreFilterPlugin(Plugin, Protocol):
     def pre_filter(
         self, state: CycleState, pod: PodInfo, table: NodeTable
     ) -> Status | NodeSubset: ...
+
+
+@runtime_checkable
+class PreferNodesPlugin(Plugin, Protocol):
+    """A PreFilter plugin with nodes to try first: after every PreFilter ran, the cycle runs
+    the Filter chain on each of ``preferred_rows`` (inside ``candidates``) in order, and the
+    first that passes becomes the only candidate; none passes: the cycle goes on as before."""
+
+    def preferred_rows(
+        self, state: CycleState, pod: PodInfo, table: NodeTable, candidates: Mask
+    ) -> Sequence[int]: ...
 
 
 @runtime_checkable
@@ -357,6 +387,23 @@ class ReservePlugin(Plugin, Protocol):
 @runtime_checkable
 class PermitPlugin(Plugin, Protocol):
     def permit(self, state: CycleState, pod: PodInfo, table: NodeTable, row: int) -> Status: ...
+
+
+@runtime_checkable
+class WaitingPermitPlugin(Plugin, Protocol):
+    """A Permit plugin that answers Wait and later lets its waiting pods go or rejects them.
+
+    The loop calls ``resolve_waiting(now)`` at the start of each pass (``now`` in seconds on
+    the loop's clock; the plugin times the waits it grants during the pass by it) and again
+    after the pass's attempts: the answer maps the key (``namespace/name``) of each waiting
+    pod whose fate is decided to Success (bind it now) or a rejecting status (unreserve it
+    and retry later); pods left out keep waiting. ``next_deadline()`` is the earliest time a
+    wait runs out (None when nothing waits).
+    """
+
+    def resolve_waiting(self, now: float) -> Mapping[str, Status]: ...
+
+    def next_deadline(self) -> float | None: ...
 
 
 @runtime_checkable

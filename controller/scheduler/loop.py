@@ -15,14 +15,33 @@ Each pass (:meth:`SchedulerLoop.reconcile`):
    Plugins that keep cluster state of their own (``ClusterStatePlugin``) sync from the
    snapshot here, and may release the unschedulable pods too;
 3. schedules every active pod, in queue order, each against the table as the previous ones
-   left it (every placement is assumed at once);
+   left it (every placement is assumed at once). Pending pods nominated to a node by an
+   earlier preemption hold their room there for pods of no higher priority. A pod a Permit
+   plugin answers Wait for (a gang member) stays assumed on its node and in flight; before
+   and after the attempts the loop asks each ``WaitingPermitPlugin`` which waiting pods are
+   allowed (bound with this pass's pods) or rejected (unreserved, backed off, and a
+   ``FailedScheduling`` Event with the reason);
 4. binds the placed pods in one store transaction: ``spec.nodeName``, condition
    ``PodScheduled=True``, the PreBind plugins' annotations and labels, and the diagnosis
    annotation removed. The node feed then sends each pod to its node's agent;
 5. for a pod no node fits: condition ``PodScheduled=False`` reason ``Unschedulable`` with
    the FitError summary and the annotation ``scheduling.koordpy.io/diagnosis``, written
    (in one transaction for the pass) only when they changed, and a ``FailedScheduling``
-   Warning Event (aggregated by the recorder) per attempt.
+   Warning Event (aggregated by the recorder) per attempt. An attempt that fails with
+   status Error (a malformed annotation) gets the Event with the error text too. When a
+   PostFilter preempts: ``status.nominatedNodeName`` is set on the pod, and each victim is
+   deleted with a ``Preempted`` Normal Event (``Preempted by pod <uid> on node <node>``);
+   the pod is retried once the deletions release it, and binding clears the nomination.
+
+Reservations (when a profile enables the Reservation plugin): the reserve pod of every
+unassigned, non-terminal Reservation whose template's scheduler is served is queued like a
+pending pod; every Available reservation occupies its node like a pod requesting what is
+still free inside it, except during the attempt of a pod that may use it (the plugin's
+``hidden_for``). Binding a reserve pod writes the Reservation Available
+(:func:`~controller.reservations.controller.mark_available`) and marks the pods a
+pre-allocation took over with ``reservation-allocated``; a reserve pod no node fits writes
+``Scheduled=False`` (:func:`~controller.reservations.controller.mark_unschedulable`) and the
+``FailedScheduling`` Event on the Reservation.
 
 It returns the seconds until the next backoff or unschedulable timeout ends (None when
 nothing waits). The loop owns the table and the queue between passes; a new store (a
@@ -40,8 +59,16 @@ import msgspec
 
 from apis.core import Node, Pod
 from apis.meta import Condition, Object
+from apis.scheduling import Reservation
 from controller.errors import StoreError
-from controller.events import WARNING, EventRecorder
+from controller.events import NORMAL, WARNING, EventRecorder
+from controller.reservations import AnnotationError
+from controller.reservations.affinity import allocated_annotation
+from controller.reservations.controller import (
+    ReservationNotActive,
+    mark_available,
+    mark_unschedulable,
+)
 from controller.scheduler import framework as fw
 from controller.scheduler.cycle import BindPlan, Decision, abandon, prepare_binding, schedule_one
 from controller.scheduler.explain import (
@@ -49,7 +76,9 @@ from controller.scheduler.explain import (
     diagnosis_annotation,
     fit_error_message,
 )
-from controller.scheduler.nodetable import NodeTable, is_assigned
+from controller.scheduler.metrics import SchedulerMetrics
+from controller.scheduler.nodetable import NodeTable, Placed, is_assigned
+from controller.scheduler.plugins.reservation import ReservationPlugin
 from controller.scheduler.podinfo import PodInfo, pod_key
 from controller.scheduler.profile import (
     DEFAULT_SCHEDULER,
@@ -71,6 +100,8 @@ log = logging.getLogger(__name__)
 POD_SCHEDULED = "PodScheduled"
 UNSCHEDULABLE = "Unschedulable"
 FAILED_SCHEDULING = "FailedScheduling"
+#: Event reason on a pod evicted to make room for a pod of higher priority.
+PREEMPTED = "Preempted"
 
 NodeSignature = tuple[object, ...]
 
@@ -94,7 +125,18 @@ def bound_pod(pod: Pod, node: str, plan: BindPlan, now: datetime) -> Pod:
         pod,
         metadata=msgspec.structs.replace(pod.metadata, annotations=annotations, labels=labels),
         spec=msgspec.structs.replace(pod.spec, node_name=node),
-        status=msgspec.structs.replace(pod.status, conditions=_with_condition(pod, condition)),
+        status=msgspec.structs.replace(
+            pod.status, conditions=_with_condition(pod, condition), nominated_node_name=""
+        ),
+    )
+
+
+def nominated_pod(pod: Pod, node: str) -> Pod:
+    """``pod`` with ``status.nominatedNodeName`` set to ``node`` (after a preemption)."""
+    if pod.status.nominated_node_name == node:
+        return pod
+    return msgspec.structs.replace(
+        pod, status=msgspec.structs.replace(pod.status, nominated_node_name=node)
     )
 
 
@@ -146,21 +188,92 @@ def _node_signature(node: Node) -> NodeSignature:
     )
 
 
+class _Nominations:
+    """Pending pods nominated to a node (after a preemption) hold room there for the pods of
+    no higher priority scheduled in the same pass, as kube-scheduler's filters count them:
+    each is assumed on its node before the first attempt of such a pod (queue order is
+    priority first) and forgotten before its own attempt and at the end of the pass."""
+
+    def __init__(self, table: NodeTable, nominated: list[tuple[PodInfo, int]]) -> None:
+        self._table = table
+        self._todo = sorted(nominated, key=lambda item: -item[0].priority)
+        self._next = 0
+        self._active: set[str] = set()
+
+    def before(self, entry: QueuedPod) -> None:
+        while self._next < len(self._todo) and self._todo[self._next][0].priority >= entry.priority:
+            info, row = self._todo[self._next]
+            self._next += 1
+            self._table.assume(info.uid, info.vector, info.nonzero, row)
+            self._active.add(info.uid)
+        uid = entry.pod.metadata.uid or entry.key
+        if uid in self._active:
+            self._active.discard(uid)
+            self._table.forget(uid)
+
+    def done(self) -> None:
+        for uid in self._active:
+            self._table.forget(uid)
+        self._active.clear()
+
+
+def _unschedulable_reservation(
+    reservation: Reservation, message: str, now: datetime
+) -> Reservation | None:
+    """The reservation with ``Scheduled=False`` and the fit error; None when it says so."""
+    current = next((c for c in reservation.status.conditions if c.type == "Scheduled"), None)
+    if current is not None and (current.status, current.message) == ("False", message):
+        return None
+    return mark_unschedulable(reservation, message, now)
+
+
+def _allocated_to(pod: Pod, reservation: Reservation) -> Pod:
+    """A running pod a pre-allocated reservation took over, marked as its owner."""
+    annotations = {**pod.metadata.annotations, **allocated_annotation(reservation)}
+    return msgspec.structs.replace(
+        pod, metadata=msgspec.structs.replace(pod.metadata, annotations=annotations)
+    )
+
+
 class SchedulerLoop:
     """A :class:`~controller.loops.ControlLoop`; see the module docstring."""
 
     name = "scheduler"
 
-    def __init__(self, profiles: Sequence[Profile] | None = None) -> None:
+    def __init__(
+        self,
+        profiles: Sequence[Profile] | None = None,
+        *,
+        metrics: SchedulerMetrics | None = None,
+    ) -> None:
         self._profiles = tuple(profiles) if profiles is not None else (default_profile(),)
         self._by_scheduler = profiles_by_scheduler(self._profiles)
         stateful: dict[int, fw.ClusterStatePlugin] = {}
+        timed: dict[int, fw.TimedPlugin] = {}
         for profile in self._profiles:
             for plugin in profile.plugins.values():
                 if isinstance(plugin, fw.ClusterStatePlugin):
                     stateful.setdefault(id(plugin), plugin)
+                if isinstance(plugin, fw.TimedPlugin):
+                    timed.setdefault(id(plugin), plugin)
         #: Plugins that read the snapshot each pass (``ClusterStatePlugin``).
         self._stateful = tuple(stateful.values())
+        #: The Reservation plugin (reserve pods to queue, reservations holding their nodes).
+        self._reservation = next(
+            (p for p in self._stateful if isinstance(p, ReservationPlugin)), None
+        )
+        #: Plugins that read the loop's clock (``TimedPlugin``).
+        self._timed = tuple(timed.values())
+        #: Permit plugins that hold pods (``WaitingPermitPlugin``).
+        self._waiters = tuple(
+            {
+                id(p): p
+                for profile in self._profiles
+                for p in profile.permit
+                if isinstance(p, fw.WaitingPermitPlugin)
+            }.values()
+        )
+        self._metrics = metrics
         self._store: Store | None = None
         self._reset()
 
@@ -175,6 +288,12 @@ class SchedulerLoop:
         self._assigned: dict[str, Pod] = {}
         #: namespace/name -> the pending pod object last queued.
         self._pending: dict[str, Pod] = {}
+        #: reservation uid -> the pod an Available reservation holds its node with.
+        self._held: dict[str, Pod] = {}
+        #: namespace/uid -> the reserve pod of a reservation waiting for a node.
+        self._reserve_pending: dict[str, Pod] = {}
+        #: namespace/name -> a pod held in Permit (assumed on its node, in flight in the queue).
+        self._waiting: dict[str, tuple[QueuedPod, Profile, Decision]] = {}
         self._recorder: EventRecorder | None = None
 
     @property
@@ -212,12 +331,25 @@ class SchedulerLoop:
         pods = snapshot.objects(store.registry.for_type(Pod))
         moved = self._sync_nodes(nodes)
         moved = self._sync_pods(pods) or moved
+        for timed in self._timed:
+            timed.set_time(now)
         for plugin in self._stateful:
             moved = plugin.sync(snapshot, self._table) or moved
+        moved = self._sync_reservations() or moved
         if moved:
-            self._queue.move_all()
+            released = self._queue.move_all()
+            if self._metrics is not None:
+                self._metrics.moved(released)
         self._schedule_ready(store, now)
-        return self._queue.next_wake()
+        if self._metrics is not None:
+            self._metrics.pass_done(self._queue, snapshot)
+        wake = self._queue.next_wake()
+        for waiter in self._waiters:
+            deadline = waiter.next_deadline()
+            if deadline is not None:
+                until = max(deadline - self._now, 0.0)
+                wake = until if wake is None else min(wake, until)
+        return wake
 
     def _sync_nodes(self, nodes: tuple[Object, ...]) -> bool:
         if nodes is self._node_view:
@@ -255,6 +387,8 @@ class SchedulerLoop:
                 before = self._pending.get(key)
                 if before is not pod:
                     self._pending[key] = pod
+                    if before is None and self._metrics is not None:
+                        self._metrics.pod_added()
                     changed = before is None or _fit_inputs(before) != _fit_inputs(pod)
                     self._queue.add(pod, changed=changed)
         for uid in [u for u in self._assigned if u not in assigned]:
@@ -268,12 +402,25 @@ class SchedulerLoop:
 
     def _schedule_ready(self, store: Store, now: datetime) -> None:
         binds: list[tuple[QueuedPod, Profile, Decision, BindPlan]] = []
-        explained: list[tuple[Pod, str, Pod | None]] = []
+        explained: list[tuple[Object, str, Object | None]] = []
+        #: Attempts that failed with status Error (a malformed annotation): one Event each.
+        errors: list[tuple[Object, str]] = []
+        preempted: list[tuple[Pod, str, tuple[Pod, ...]]] = []
+        errors.extend(self._settle_waiting(binds))
+        nominations = _Nominations(self._table, self._nominated_pods())
         for entry in self._queue.pop_ready():
             pod = entry.pod
+            nominations.before(entry)
             profile = self._by_scheduler[pod.spec.scheduler_name or DEFAULT_SCHEDULER]
+            if self._metrics is not None:
+                profile = self._metrics.start_attempt(profile)
             info = PodInfo.of(pod, self._table, priority=entry.priority)
+            hidden = self._hide(info)
             decision = schedule_one(profile, self._table, info)
+            if hidden:
+                self._unhide(hidden)
+            if self._metrics is not None:
+                self._metrics.attempted(profile, entry, decision)
             code = decision.status.code
             if code is fw.Code.SUCCESS and decision.row is not None:
                 plan = prepare_binding(profile, self._table, decision)
@@ -283,15 +430,24 @@ class SchedulerLoop:
                 abandon(profile, self._table, decision)
                 log.warning("binding %s failed: %s", entry.key, plan.status.message)
                 self._queue.backoff(entry.key)
-            elif code is fw.Code.WAIT:
-                # Holding a permitted pod arrives with Coscheduling; until then it retries.
-                abandon(profile, self._table, decision)
-                self._queue.backoff(entry.key)
+            elif code is fw.Code.WAIT and decision.row is not None:
+                # Held assumed on its node (in flight in the queue) until its plugin decides.
+                self._waiting[entry.key] = (entry, profile, decision)
             elif code is fw.Code.UNSCHEDULABLE and decision.diagnosis is not None:
                 self._queue.park(entry.key)
                 message = fit_error_message(decision.diagnosis)
                 annotation = diagnosis_annotation(decision.diagnosis)
-                explained.append((pod, message, unschedulable_pod(pod, message, annotation, now)))
+                updated = unschedulable_pod(pod, message, annotation, now)
+                if decision.nominated:
+                    updated = nominated_pod(updated or pod, decision.nominated)
+                    updated = None if updated is pod else updated
+                    preempted.append((pod, decision.nominated, decision.victims))
+                reservation = self._reservation_of(pod)
+                if reservation is not None:
+                    changed = _unschedulable_reservation(reservation, message, now)
+                    explained.append((reservation, message, changed))
+                else:
+                    explained.append((pod, message, updated))
             else:
                 log.warning(
                     "scheduling %s failed: %s (%s)",
@@ -300,10 +456,21 @@ class SchedulerLoop:
                     decision.status.plugin,
                 )
                 self._queue.backoff(entry.key)
+                if code is fw.Code.ERROR:
+                    errors.append((self._reservation_of(pod) or pod, decision.status.message))
+        nominations.done()
+        errors.extend(self._settle_waiting(binds))
         if binds:
             self._bind(store, binds, now)
         if explained:
             self._explain(store, explained)
+        if preempted:
+            self._preempt(store, preempted)
+        if errors and self._recorder is not None:
+            for involved, message in errors:
+                self._recorder.record(
+                    involved, type=WARNING, reason=FAILED_SCHEDULING, message=message
+                )
 
     def _bind(
         self,
@@ -315,12 +482,24 @@ class SchedulerLoop:
         objects: list[Object] = []
         for entry, profile, decision, plan in binds:
             if plan.binder:
-                # A Bind plugin took the pod; the loop writes only for the default binder.
-                self._queue.done(entry.key)
+                # A Bind plugin took the pod; the loop writes only for the default binder
+                # and for the Reservation plugin's (the reservation becomes Available).
+                available = self._available(entry.pod, decision.node, now)
+                if available is None:
+                    self._queue.done(entry.key)
+                    continue
+                if isinstance(available, Exception):
+                    log.info("binding %s to %s: %s", entry.key, decision.node, available)
+                    abandon(profile, self._table, decision)
+                    self._queue.backoff(entry.key)
+                    continue
+                writes.append((entry, profile, decision))
+                objects.append(available)
                 continue
             writes.append((entry, profile, decision))
             objects.append(bound_pod(entry.pod, decision.node, plan, now))
         results = store.update_many(objects) if objects else []
+        taken_over: list[Object] = []
         for (entry, profile, decision), result in zip(writes, results, strict=True):
             if isinstance(result, StoreError):
                 log.info("binding %s to %s: %s", entry.key, decision.node, result)
@@ -329,12 +508,98 @@ class SchedulerLoop:
             else:
                 self._queue.done(entry.key)
                 self._pending.pop(entry.key, None)
+                self._reserve_pending.pop(entry.key, None)
+                if isinstance(result[0], Reservation) and self._reservation is not None:
+                    taken_over.extend(
+                        _allocated_to(pod, result[0])
+                        for pod in self._reservation.pre_allocated(decision.state)
+                    )
                 # The table already holds the assumed pod: the next pass need not redo it.
                 stored = result[0]
                 if isinstance(stored, Pod):
                     self._assigned[decision.pod.uid] = stored
+        for failed in store.update_many(taken_over) if taken_over else []:
+            if isinstance(failed, StoreError):
+                log.info("marking a pre-allocated pod: %s", failed)
 
-    def _explain(self, store: Store, explained: list[tuple[Pod, str, Pod | None]]) -> None:
+    # -- reservations ----------------------------------------------------------------------
+
+    def _reservation_of(self, pod: Pod) -> Reservation | None:
+        return self._reservation.reservation_of(pod) if self._reservation is not None else None
+
+    def _sync_reservations(self) -> bool:
+        """Account the held part of every Available reservation; queue the reserve pods of
+        the reservations waiting for a node. True when a reservation stopped holding."""
+        plugin = self._reservation
+        if plugin is None:
+            return False
+        freed = False
+        held = plugin.held_pods()
+        for uid in [u for u in self._held if u not in held]:
+            del self._held[uid]
+            self._table.remove_pod(uid)
+            freed = True
+        for uid, pod in held.items():
+            if self._held.get(uid) is not pod:
+                self._held[uid] = pod
+                self._table.add_pod(pod)
+        pending: set[str] = set()
+        for pod in plugin.pending_reserve_pods():
+            if not self.serves(pod):
+                continue
+            key = pod_key(pod)
+            pending.add(key)
+            before = self._reserve_pending.get(key)
+            if before != pod:
+                self._reserve_pending[key] = pod
+                changed = before is None or _fit_inputs(before) != _fit_inputs(pod)
+                self._queue.add(pod, changed=changed)
+        for key in [k for k in self._reserve_pending if k not in pending]:
+            del self._reserve_pending[key]
+            self._queue.delete(key)
+        return freed
+
+    def _hide(self, info: PodInfo) -> list[tuple[str, Placed]]:
+        """Stop counting, for this pod's attempt, the reservations it may use (and the pods a
+        pre-allocatable reserve pod may take over)."""
+        if self._reservation is None:
+            return []
+        try:
+            uids = self._reservation.hidden_for(info, self._table)
+        except AnnotationError:
+            return []  # the plugin's PreFilter reports it
+        hidden: list[tuple[str, Placed]] = []
+        for uid in uids:
+            record = self._table.placed(uid)
+            if record is not None:
+                self._table.forget(uid)
+                hidden.append((uid, record))
+        return hidden
+
+    def _unhide(self, hidden: list[tuple[str, Placed]]) -> None:
+        """Count again what :meth:`_hide` took out (a reservation with what the attempt put
+        into it)."""
+        assert self._reservation is not None
+        for uid, record in hidden:
+            held = self._reservation.held_pod(uid) if uid in self._held else None
+            if held is not None:
+                self._held[uid] = held
+                self._table.add_pod(held)
+            elif record.node in self._table.index:
+                row = self._table.index[record.node]
+                self._table.assume(uid, record.requests, record.nonzero, row)
+
+    def _available(self, pod: Pod, node: str, now: datetime) -> Object | Exception | None:
+        """What the Reservation plugin's Bind writes: the reservation Available on ``node``."""
+        reservation = self._reservation_of(pod)
+        if reservation is None:
+            return None
+        try:
+            return mark_available(reservation, node, now)
+        except (ReservationNotActive, AnnotationError) as err:
+            return err
+
+    def _explain(self, store: Store, explained: list[tuple[Object, str, Object | None]]) -> None:
         """Write the changed conditions in one transaction, then one Event per attempt."""
         updates: list[Object] = [updated for _, _, updated in explained if updated is not None]
         for result in store.update_many(updates) if updates else []:
@@ -343,3 +608,59 @@ class SchedulerLoop:
         if self._recorder is not None:
             for pod, message, _ in explained:
                 self._recorder.record(pod, type=WARNING, reason=FAILED_SCHEDULING, message=message)
+
+    def _nominated_pods(self) -> list[tuple[PodInfo, int]]:
+        """Pending pods nominated to a node of the table (not those held in Permit)."""
+        found: list[tuple[PodInfo, int]] = []
+        for key, pod in self._pending.items():
+            node = pod.status.nominated_node_name
+            row = self._table.index.get(node) if node else None
+            if row is not None and key not in self._waiting:
+                found.append((PodInfo.of(pod, self._table), row))
+        return found
+
+    def _settle_waiting(
+        self, binds: list[tuple[QueuedPod, Profile, Decision, BindPlan]]
+    ) -> list[tuple[Pod, str]]:
+        """Hand the waiting pods their Permit plugins allowed to ``binds``; unreserve and back
+        off the rejected ones (returned with the message) and those no longer pending."""
+        rejected: list[tuple[Pod, str]] = []
+        for key in [k for k in self._waiting if k not in self._pending]:
+            _, profile, decision = self._waiting.pop(key)
+            abandon(profile, self._table, decision)
+        while self._waiters:
+            verdicts: dict[str, fw.Status] = {}
+            for waiter in self._waiters:
+                for key, status in waiter.resolve_waiting(self._now).items():
+                    if key not in verdicts or not status.is_success:
+                        verdicts[key] = status
+            # Unreserving a rejected pod may reject others of its group: repeat until settled.
+            decided = [(key, status) for key, status in verdicts.items() if key in self._waiting]
+            if not decided:
+                break
+            for key, status in decided:
+                entry, profile, decision = self._waiting.pop(key)
+                if status.is_success:
+                    plan = prepare_binding(profile, self._table, decision)
+                    if plan.status.is_success:
+                        binds.append((entry, profile, decision, plan))
+                        continue
+                    status = plan.status
+                abandon(profile, self._table, decision)
+                self._queue.backoff(key)
+                rejected.append((entry.pod, status.message))
+        return rejected
+
+    def _preempt(self, store: Store, preempted: list[tuple[Pod, str, tuple[Pod, ...]]]) -> None:
+        """Delete the victims of each preemption, with a ``Preempted`` Event on each."""
+        kind = store.registry.for_type(Pod)
+        for preemptor, node, victims in preempted:
+            for victim in victims:
+                try:
+                    store.delete(kind, victim.metadata.name, victim.metadata.namespace)
+                except StoreError as err:
+                    log.info("preempting %s/%s: %s", victim.namespace, victim.name, err)
+                    continue
+                if self._recorder is not None:
+                    message = f"Preempted by pod {preemptor.metadata.uid} on node {node}"
+                    self._recorder.record(victim, type=NORMAL, reason=PREEMPTED, message=message)

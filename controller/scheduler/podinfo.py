@@ -4,8 +4,8 @@
 lays them out over the table's columns; a requested resource no node advertises is listed in
 ``missing`` (the pod then fits nowhere: ``Insufficient <name>`` on every node, as
 kube-scheduler says for a resource a node has none of). The priority is
-:func:`apis.qos.priority_value` (``spec.priority``, else the Koordinator priority class's
-default), which orders the queue.
+:func:`apis.qos.scheduling_priority` (``spec.priority``, else the value of a Koordinator
+priority class named by ``priorityClassName``, else 0), which orders the queue.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from apis.core import NodeSelector, Pod, PreferredSchedulingTerm, Toleration, pod_requests
-from apis.qos import priority_value
+from apis.qos import scheduling_priority
 from apis.resources import ResourceList
 from controller.scheduler.nodetable import NodeTable, nonzero_pair, request_vector
 
@@ -78,7 +78,7 @@ class PodInfo:
             vector=vector,
             missing=missing,
             nonzero=nonzero_pair(requests),
-            priority=priority_value(pod) if priority is None else priority,
+            priority=scheduling_priority(pod) if priority is None else priority,
             created=created_at(pod),
             tolerations=pod.spec.tolerations,
             node_selector=pod.spec.node_selector,

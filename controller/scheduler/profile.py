@@ -12,13 +12,20 @@ Profiles are selected by ``spec.schedulerName`` (empty means ``default-scheduler
 API server defaults it). :data:`DEFAULT_CONFIG` is the shipped ``koord-scheduler`` profile
 (controller-spec §8) restricted to the plugins that exist so far, in the shipped order:
 
-- filter: NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodeResourcesFit
-  (upstream's default order; LoadAwareScheduling, NodeNUMAResource, DeviceShare and
-  Reservation are appended when they land);
-- preScore/score: TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1 (upstream weights;
-  LoadAwareScheduling 1, NodeNUMAResource 1, DeviceShare 1, Reservation 5000, Coscheduling 1
-  come with their plugins);
-- NodeResourcesFit args: LeastAllocated over cpu, memory, batch-cpu, batch-memory, weight 1.
+- preFilter: SchedulingHint, Reservation, NodeNUMAResource, DeviceShare, Coscheduling,
+  ElasticQuota;
+- filter: upstream's defaults (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity,
+  NodeResourcesFit), then LoadAwareScheduling, NodeNUMAResource, DeviceShare, Reservation;
+- preScore/score: TaintToleration 3, NodeAffinity 2 (upstream weights), NodeResourcesFit 1,
+  LoadAwareScheduling 1, NodeNUMAResource 1, DeviceShare 1, Reservation 5000; DeviceShare is
+  also at preScore, where it answers Skip for a pod asking no device (its Score is not run);
+- postFilter: Reservation, Coscheduling, DefaultPreemption (ElasticQuota's quota-aware
+  preemption is not there yet);
+- reserve: LoadAwareScheduling, NodeNUMAResource, DeviceShare, Reservation, Coscheduling,
+  ElasticQuota; permit: Coscheduling; preBind: NodeNUMAResource, DeviceShare, Reservation,
+  Coscheduling; bind: Reservation (reserve pods), then the loop's own binder;
+- args as shipped: NodeResourcesFit LeastAllocated over cpu, memory, batch-cpu, batch-memory,
+  weight 1; LoadAwareScheduling with the shipped thresholds of 0 (the load filter off).
 
 koordpy is the only scheduler in ``koordpy up``, so the default profile also serves
 ``default-scheduler`` (and pods that name no scheduler): ``aliases`` lists the extra names a
@@ -29,16 +36,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from apis.meta import Model
+from controller.gangs import CoschedulingArgs
+from controller.quota.args import ElasticQuotaArgs
+from controller.reservations.args import ReservationArgs
 from controller.scheduler import framework as fw
+from controller.scheduler.plugins.coscheduling import Coscheduling
+from controller.scheduler.plugins.deviceshare import DeviceShare, DeviceSharePluginArgs
+from controller.scheduler.plugins.elasticquota import ElasticQuota
+from controller.scheduler.plugins.loadaware import LoadAwareScheduling, LoadAwareSchedulingArgs
 from controller.scheduler.plugins.nodeaffinity import NodeAffinity
 from controller.scheduler.plugins.nodename import NodeName
 from controller.scheduler.plugins.noderesources import NodeResourcesFit, NodeResourcesFitArgs
 from controller.scheduler.plugins.nodeunschedulable import NodeUnschedulable
+from controller.scheduler.plugins.numaresource import NodeNUMAResource, NodeNUMAResourcePluginArgs
+from controller.scheduler.plugins.preemption import DefaultPreemption
+from controller.scheduler.plugins.reservation import ReservationPlugin
+from controller.scheduler.plugins.schedulinghint import SchedulingHintArgs, SchedulingHintPlugin
 from controller.scheduler.plugins.tainttoleration import TaintToleration
 
 __all__ = [
@@ -81,6 +99,15 @@ PLUGINS: Mapping[str, PluginSpec] = {
     "TaintToleration": PluginSpec(fw.NoArgs, TaintToleration),
     "NodeAffinity": PluginSpec(fw.NoArgs, NodeAffinity),
     "NodeResourcesFit": PluginSpec(NodeResourcesFitArgs, NodeResourcesFit),
+    "DeviceShare": PluginSpec(DeviceSharePluginArgs, DeviceShare),
+    "LoadAwareScheduling": PluginSpec(LoadAwareSchedulingArgs, LoadAwareScheduling),
+    "NodeNUMAResource": PluginSpec(NodeNUMAResourcePluginArgs, NodeNUMAResource),
+    # The cores' own args Structs (camelCase, unknown fields rejected, checked on decode).
+    "Coscheduling": PluginSpec(cast("type[fw.PluginArgs]", CoschedulingArgs), Coscheduling),
+    "ElasticQuota": PluginSpec(cast("type[fw.PluginArgs]", ElasticQuotaArgs), ElasticQuota),
+    "DefaultPreemption": PluginSpec(fw.NoArgs, DefaultPreemption),
+    "Reservation": PluginSpec(cast("type[fw.PluginArgs]", ReservationArgs), ReservationPlugin),
+    "SchedulingHint": PluginSpec(SchedulingHintArgs, SchedulingHintPlugin),
 }
 
 
@@ -116,12 +143,60 @@ class ProfileConfig(Model):
 DEFAULT_CONFIG = ProfileConfig(
     scheduler_name=KOORD_SCHEDULER,
     aliases=(DEFAULT_SCHEDULER,),
-    filter=("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodeResourcesFit"),
-    pre_score=("TaintToleration", "NodeAffinity"),
+    pre_filter=(
+        "SchedulingHint",
+        "Reservation",
+        "NodeNUMAResource",
+        "DeviceShare",
+        "Coscheduling",
+        "ElasticQuota",
+    ),
+    filter=(
+        "NodeUnschedulable",
+        "NodeName",
+        "TaintToleration",
+        "NodeAffinity",
+        "NodeResourcesFit",
+        "LoadAwareScheduling",
+        "NodeNUMAResource",
+        "DeviceShare",
+        "Reservation",
+    ),
+    pre_score=("TaintToleration", "NodeAffinity", "Reservation", "DeviceShare"),
     score=(
         WeightedPlugin(name="TaintToleration", weight=3),
         WeightedPlugin(name="NodeAffinity", weight=2),
         WeightedPlugin(name="NodeResourcesFit", weight=1),
+        WeightedPlugin(name="LoadAwareScheduling", weight=1),
+        WeightedPlugin(name="NodeNUMAResource", weight=1),
+        WeightedPlugin(name="DeviceShare", weight=1),
+        WeightedPlugin(name="Reservation", weight=5000),
+    ),
+    post_filter=("Reservation", "Coscheduling", "DefaultPreemption"),
+    reserve=(
+        "LoadAwareScheduling",
+        "NodeNUMAResource",
+        "DeviceShare",
+        "Reservation",
+        "Coscheduling",
+        "ElasticQuota",
+    ),
+    permit=("Coscheduling",),
+    pre_bind=("NodeNUMAResource", "DeviceShare", "Reservation", "Coscheduling"),
+    bind=("Reservation",),
+    plugin_config=(
+        # The shipped config: metrics expire after 300 s and do not filter; thresholds of 0
+        # switch the load filter off (the plugin's own defaults are 65 % cpu, 95 % memory).
+        PluginConfig(
+            name="LoadAwareScheduling",
+            args={
+                "filterExpiredNodeMetrics": False,
+                "nodeMetricExpirationSeconds": 300,
+                "resourceWeights": {"cpu": 1, "memory": 1},
+                "usageThresholds": {"cpu": 0, "memory": 0},
+                "estimatedScalingFactors": {"cpu": 85, "memory": 70},
+            },
+        ),
     ),
 )
 
@@ -154,6 +229,8 @@ class Profile:
     bind: tuple[fw.BindPlugin, ...]
     #: Every instantiated plugin by name.
     plugins: Mapping[str, fw.Plugin]
+    #: The PreFilter plugins that also name nodes to try first (``PreferNodesPlugin``).
+    prefer_nodes: tuple[fw.PreferNodesPlugin, ...] = ()
 
     @property
     def scheduler_names(self) -> tuple[str, ...]:
@@ -242,6 +319,7 @@ def build_profile(
         pre_bind=pick("preBind"),
         bind=pick("bind"),
         plugins=instances,
+        prefer_nodes=tuple(p for p in pick("preFilter") if isinstance(p, fw.PreferNodesPlugin)),
     )
 
 

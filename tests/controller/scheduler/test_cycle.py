@@ -51,6 +51,8 @@ def test_reasons_come_from_the_first_rejecting_filter() -> None:
     assert message == (
         "0/4 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu},"
         " 1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector."
+        # Evicting pods would not help on any of them (kube-scheduler's wording).
+        " preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
     )
 
 
@@ -190,7 +192,10 @@ def test_abandon_undoes_an_assumed_decision() -> None:
 
 def test_resources_no_node_has_make_the_pod_unschedulable_everywhere() -> None:
     _node, message = _schedule([make_node("a"), make_node("b")], make_pod("p", extra={"x.io/y": 1}))
-    assert message == "0/2 nodes are available: 2 Insufficient x.io/y."
+    assert message == (
+        "0/2 nodes are available: 2 Insufficient x.io/y."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+    )
 
 
 def test_no_nodes() -> None:
@@ -228,7 +233,13 @@ def test_default_profile_serves_koord_and_default_scheduler() -> None:
 
 
 def test_every_registered_plugin_implements_a_point() -> None:
-    points = (fw.PreFilterPlugin, fw.FilterPlugin, fw.ScorePlugin, fw.ReservePlugin)
+    points = (
+        fw.PreFilterPlugin,
+        fw.FilterPlugin,
+        fw.PostFilterPlugin,
+        fw.ScorePlugin,
+        fw.ReservePlugin,
+    )
     for name, spec in PLUGINS.items():
         plugin = spec.factory(spec.args())
         assert plugin.name == name

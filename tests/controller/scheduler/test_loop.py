@@ -89,7 +89,10 @@ def test_binds_what_fits_and_explains_what_does_not(store: Store, clock: Clock) 
     assert gpu.spec.node_name == "n3"
     assert _condition(small) == ("True", "", "")
     assert huge.spec.node_name == ""
-    message = "0/3 nodes are available: 3 Insufficient cpu."
+    message = (
+        "0/3 nodes are available: 3 Insufficient cpu."
+        " preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+    )
     assert _condition(huge) == ("False", "Unschedulable", message)
     assert json.loads(huge.metadata.annotations[DIAGNOSIS_ANNOTATION]) == {
         "NodeResourcesFit": {"Insufficient cpu": 3}
@@ -198,7 +201,8 @@ def test_repeated_failures_update_the_condition_only_when_it_changes(
     assert _condition(_pod(store, "huge")) == (
         "False",
         "Unschedulable",
-        "0/4 nodes are available: 4 Insufficient cpu.",
+        "0/4 nodes are available: 4 Insufficient cpu."
+        " preemption: 0/4 nodes are available: 4 No preemption victims found for incoming pod.",
     )
 
 
@@ -242,7 +246,8 @@ def test_runs_under_simulate_and_retries_parked_pods_every_five_minutes() -> Non
     assert _condition(pods["c"]) == (
         "False",
         "Unschedulable",
-        "0/2 nodes are available: 2 Insufficient cpu.",
+        "0/2 nodes are available: 2 Insufficient cpu."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.",
     )
     (event,) = [o for o in result.objects if isinstance(o, Event)]
     assert event.count == 7  # the first attempt, then one every 5 minutes for 30 minutes
@@ -298,7 +303,8 @@ def test_cluster_state_plugins_sync_each_pass_and_can_release_pods(
     assert _condition(_pod(store, "p")) == (
         "False",
         "Unschedulable",
-        "0/3 nodes are available: 3 node(s) device not ready.",
+        "0/3 nodes are available: 3 node(s) device not ready."
+        " preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.",
     )
     node = store.get(store.registry.for_type(Node), "n2")
     assert isinstance(node, Node)

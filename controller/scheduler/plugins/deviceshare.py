@@ -1,0 +1,813 @@
+"""DeviceShare: GPUs (and NPUs), RDMA NICs and FPGAs, whole or shared, on the framework.
+
+The pure core (:mod:`controller.deviceshare`) decides; this adapter keeps the per-node device
+state and calls the core where it must:
+
+- **sync** builds each node's :class:`~controller.deviceshare.NodeDeviceState` from its
+  ``Device`` object and the ``device-allocated`` annotations of the pods assigned to it, and
+  updates only the nodes whose Device or pods changed. A changed Device answers True (parked
+  pods may now fit). A Device that goes away leaves its devices unhealthy, allocations kept.
+  The GPUs' free and total amounts are also laid out as ``[node, device]`` arrays aligned to
+  the table's rows.
+- **PreFilter** prepares the request (:func:`~controller.deviceshare.prepare`): Skip for a pod
+  asking no device, the core's reason (UnschedulableAndUnresolvable) for an invalid one.
+- **Filter**: for a GPU request, rows without a GPU are rejected at once (``Insufficient gpu
+  devices``, unresolvable, as the core says). For a *plain* GPU request (GPUs only; no
+  hint, joint allocation, partition spec, designated allocation, isolation provider or
+  template) on a *plain* node (no ``Honor`` partition policy, no MetaX sGPU slots, a model
+  that shares), whether enough cards can give the per-card share is decided for every row at
+  once over the arrays; that is exactly the core's verdict there. The other rows go through
+  :func:`~controller.deviceshare.allocate` one by one.
+- **Score** is the core's node score (types' scores added), over the arrays for a plain GPU
+  request, else per row; normalized so the best node has 100.
+- **Reserve** allocates on the chosen node and charges the node state; **Unreserve** gives
+  it back. A plain share, or one whole card, on a plain node is placed over the row's arrays
+  exactly as the core places it (best device score, then lowest minor; a whole card by its
+  PCIe switch's use when the cards report their topology); everything else is the core's
+  :func:`~controller.deviceshare.allocate`.
+- **PreBind** writes ``scheduling.koordinator.sh/device-allocated``, and with
+  ``devicePluginAdaption`` (Koordinator's ``DevicePluginAdaption`` gate, off by default) the
+  vendor device-plugin annotations and labels. (The vendor plugins' node lock is not taken:
+  koordpy's nodes run no vendor device plugin.)
+
+GPU shared-resource templates are not read from a ConfigMap yet (koordpy's store has no
+ConfigMap kind): a share that needs a template is refused as the core refuses it without one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, cast
+
+import numpy as np
+from numpy.typing import NDArray
+
+from apis import constants as k
+from apis.core import Pod
+from apis.kinds import default_registry
+from apis.resources import ResourceList
+from apis.scheduling import Device
+from controller.deviceshare import (
+    AllocatedDevice,
+    Allocation,
+    DeviceRequest,
+    NodeDeviceState,
+    Rejection,
+    adapter_annotations,
+    allocate,
+    apply,
+    encode_allocation,
+    node_state,
+    prepare,
+    release,
+    score_node,
+)
+from controller.deviceshare.args import (
+    MOST_ALLOCATED,
+    ArgsError,
+    DeviceShareArgs,
+)
+from controller.deviceshare.requests import ERROR, UNSCHEDULABLE
+from controller.deviceshare.state import mark_unhealthy, pod_allocation
+from controller.deviceshare.templates import NO_TEMPLATES, needs_template
+from controller.scheduler import framework as fw
+from controller.scheduler.nodetable import NodeTable, is_assigned
+from controller.scheduler.podinfo import PodInfo, pod_key
+
+if TYPE_CHECKING:
+    from controller.snapshots import Snapshot
+
+__all__ = ["NAME", "DeviceShare", "DeviceSharePluginArgs"]
+
+NAME: Final = "DeviceShare"
+_CORE: Final = k.RESOURCE_GPU_CORE
+_RATIO: Final = k.RESOURCE_GPU_MEMORY_RATIO
+_MEMORY: Final = k.RESOURCE_GPU_MEMORY
+#: Per-card resources the arrays hold (a plain request names nothing else).
+_PLAIN: Final = frozenset({_CORE, _RATIO, _MEMORY})
+_HONOR: Final = "Honor"
+_NO_GPU: Final = "Insufficient gpu devices"
+#: Resources the core reads a request from, and annotations it validates.
+_DEVICE_RESOURCES: Final = frozenset({*k.GPU_RESOURCES, k.RESOURCE_RDMA, k.RESOURCE_FPGA})
+_DEVICE_ANNOTATIONS: Final = frozenset(
+    {
+        k.ANNOTATION_DEVICE_ALLOCATE_HINT,
+        k.ANNOTATION_DEVICE_JOINT_ALLOCATE,
+        k.ANNOTATION_GPU_PARTITION_SPEC,
+        k.ANNOTATION_DEVICE_ALLOCATED,
+    }
+)
+
+Grid = NDArray[np.int64]
+_REGISTRY: Final = default_registry()
+
+
+class DeviceSharePluginArgs(DeviceShareArgs, fw.PluginArgs):
+    """``DeviceShareArgs`` (spec §3.6 defaults) plus the ``DevicePluginAdaption`` switch."""
+
+    #: Write the vendor device-plugin annotations at PreBind (Koordinator's feature gate).
+    device_plugin_adaption: bool = False
+
+    def __post_init__(self) -> None:
+        try:
+            self.validate()
+        except ArgsError as err:
+            raise ValueError(str(err)) from None
+
+
+def _code(rejection: Rejection) -> fw.Code:
+    if rejection.code == UNSCHEDULABLE:
+        return fw.Code.UNSCHEDULABLE
+    if rejection.code == ERROR:
+        return fw.Code.ERROR
+    return fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+
+
+@dataclass(frozen=True, slots=True)
+class _PodRequest:
+    """PreFilter's result: the core's request and, for a plain GPU request, its share."""
+
+    request: DeviceRequest
+    plain: bool
+    count: int = 0
+    per_device: Mapping[str, int] | None = None
+
+
+#: PreFilter's note for a pod asking for no device.
+_NOTHING: Final = _PodRequest(DeviceRequest(), plain=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reserved:
+    row: int
+    node: str
+    allocation: Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class _Fixed:
+    """Per-row facts of the arrays that change only with a Device."""
+
+    no_gpu: NDArray[np.bool_]
+    #: Rows where the arrays give the core's verdict for whole cards / shares.
+    quick_whole: NDArray[np.bool_]
+    quick_share: NDArray[np.bool_]
+    #: The weighted resources some row has: (name, weight, capacity sum, its divisor).
+    scored: tuple[tuple[str, int, Grid, Grid], ...]
+    #: Per row, the weights of the resources it has (at least 1, a divisor).
+    weight_sums: Grid
+
+    @property
+    def scored_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _, _, _ in self.scored)
+
+
+class _Arrays:
+    """The GPUs of every row as ``[row, minor order]`` arrays (padding: nothing free)."""
+
+    def __init__(self, rows: int, width: int, names: tuple[str, ...]) -> None:
+        shape = (rows, max(width, 1))
+        self.names = names
+        #: What each card has free, by resource name (unhealthy cards: nothing).
+        self.free: dict[str, Grid] = {n: np.zeros(shape, np.int64) for n in names}
+        #: What each healthy card offers, by resource name.
+        self.capacity: dict[str, Grid] = {n: np.zeros(shape, np.int64) for n in names}
+        #: Per row, the sums of ``free`` and ``capacity`` over its cards (the node score).
+        self.free_sum: dict[str, Grid] = {n: np.zeros(rows, np.int64) for n in names}
+        self.capacity_sum: dict[str, Grid] = {n: np.zeros(rows, np.int64) for n in names}
+        #: Each card's memory as the Device reports it (the ratio <-> memory conversion).
+        self.card_memory: Grid = np.zeros(shape, np.int64)
+        #: The memory of the first healthy card (the node score's conversion), 0: none.
+        self.first_memory: Grid = np.zeros(rows, np.int64)
+        self.healthy: NDArray[np.bool_] = np.zeros(shape, np.bool_)
+        #: How many GPU slots (healthy or not) each row has.
+        self.gpus: Grid = np.zeros(rows, np.int64)
+        #: Rows where the vectorized verdict is the core's (see the module docstring).
+        self.plain: NDArray[np.bool_] = np.zeros(rows, np.bool_)
+        #: Rows whose model may not be shared (``gpuShareUnsupportedModels``).
+        self.no_share: NDArray[np.bool_] = np.zeros(rows, np.bool_)
+        self._converted: dict[tuple[str, int, bool], Grid] = {}
+        self._fixed: _Fixed | None = None
+        #: Per row, its GPUs in column order: (minor, id, NUMA node, PCIe switch).
+        self.cards: list[tuple[tuple[int, str, int, str], ...]] = [()] * rows
+        #: Per row, whether every healthy GPU reports its NUMA node and PCIe switch.
+        self.topology: list[bool] = [False] * rows
+
+    def fixed(self, weights: Mapping[str, int]) -> _Fixed:
+        """What only a Device change (``fill``) changes, worked out once after it."""
+        if self._fixed is None:
+            has_gpu = self.gpus > 0
+            scored = []
+            weight_sums = np.zeros(len(self.gpus), np.int64)
+            for name, weight in weights.items():
+                capacity = self.capacity_sum[name]
+                if capacity.any():
+                    scored.append((name, weight, capacity, np.maximum(capacity, 1)))
+                    weight_sums += np.where(capacity > 0, weight, 0)
+            self._fixed = _Fixed(
+                no_gpu=~has_gpu,
+                quick_whole=has_gpu & self.plain,
+                quick_share=has_gpu & self.plain & ~self.no_share,
+                scored=tuple(scored),
+                weight_sums=np.maximum(weight_sums, 1),
+            )
+        return self._fixed
+
+    def converted(self, name: str, amount: int, *, first: bool) -> Grid:
+        """``amount`` of the other unit as ``name`` over every card (``first``: each row's
+        first healthy card): ratio -> memory bytes, memory bytes -> ratio (floored)."""
+        key = (name, amount, first)
+        grid = self._converted.get(key)
+        if grid is None:
+            memory = self.first_memory if first else self.card_memory
+            if name == _MEMORY:
+                grid = amount * memory // 100
+            else:
+                grid = np.where(memory > 0, amount * 100 // np.maximum(memory, 1), 0)
+            self._converted[key] = grid
+        return grid
+
+    def fill(self, row: int, state: NodeDeviceState, args: DeviceShareArgs) -> None:
+        self._converted.clear()
+        self._fixed = None
+        gpus = state.of_type(k.DEVICE_TYPE_GPU)
+        names = self.names
+        free = [[0] * len(names) for _ in range(self.healthy.shape[1])]
+        capacity = [[0] * len(names) for _ in range(self.healthy.shape[1])]
+        memory = [0] * self.healthy.shape[1]
+        healthy = [False] * self.healthy.shape[1]
+        first_memory = 0
+        metax = False
+        for column, slot in enumerate(gpus):
+            total, used = slot.total, slot.used
+            memory[column] = total.get(_MEMORY, 0)
+            healthy[column] = slot.healthy
+            metax = metax or total.get(k.RESOURCE_METAX_SGPU, 0) > 0
+            if not slot.healthy:
+                continue
+            if not first_memory:
+                first_memory = memory[column] or -1
+            for index, name in enumerate(names):
+                amount = total.get(name, 0)
+                capacity[column][index] = amount
+                free[column][index] = max(amount - used.get(name, 0), 0)
+        free_grid = np.array(free, np.int64)
+        capacity_grid = np.array(capacity, np.int64)
+        for index, name in enumerate(names):
+            self.free[name][row] = free_grid[:, index]
+            self.capacity[name][row] = capacity_grid[:, index]
+            self.free_sum[name][row] = free_grid[:, index].sum()
+            self.capacity_sum[name][row] = capacity_grid[:, index].sum()
+        self.card_memory[row] = memory
+        self.healthy[row] = healthy
+        self.cards[row] = tuple((g.minor, g.id, g.numa, g.pcie) for g in gpus)
+        self.topology[row] = all(g.has_topology for g in gpus if g.healthy)
+        self.first_memory[row] = max(first_memory, 0)
+        self.gpus[row] = len(gpus)
+        self.plain[row] = (
+            state.partition_policy != _HONOR and not metax and state.vendor != k.GPU_VENDOR_METAX
+        )
+        self.no_share[row] = args.share_unsupported(state.vendor, state.model)
+
+    def charge(self, row: int, allocation: Allocation) -> None:
+        """Take a plain allocation's GPU shares off the row's free amounts."""
+        columns = {card[0]: column for column, card in enumerate(self.cards[row])}
+        for device in allocation.of(k.DEVICE_TYPE_GPU):
+            column = columns[device.minor]
+            for name in self.names:
+                amount = device.resources.get(name, 0)
+                if amount:
+                    self.free[name][row, column] -= amount
+                    self.free_sum[name][row] -= amount
+
+    def refill(self, row: int, state: NodeDeviceState, minors: Sequence[int]) -> None:
+        """Bring the cards of ``minors`` up to date after an allocation was charged or
+        given back (capacity and health do not change)."""
+        gpus = state.of_type(k.DEVICE_TYPE_GPU)
+        for column, slot in enumerate(gpus):
+            if slot.minor not in minors or not slot.healthy:
+                continue
+            total, used = slot.total, slot.used
+            for name in self.names:
+                amount = max(total.get(name, 0) - used.get(name, 0), 0)
+                grid = self.free[name]
+                self.free_sum[name][row] += amount - grid[row, column]
+                grid[row, column] = amount
+
+
+def _demand(per_device: Mapping[str, int], card_memory: int) -> dict[str, int]:
+    """The core's ``demand`` for a card of ``card_memory`` bytes (plain requests)."""
+    want = {name: amount for name, amount in per_device.items() if amount > 0}
+    if card_memory > 0:
+        if _MEMORY in want and _RATIO not in want:
+            want[_RATIO] = want[_MEMORY] * 100 // card_memory
+        elif _RATIO in want and _MEMORY not in want:
+            want[_MEMORY] = want[_RATIO] * card_memory // 100
+    return want
+
+
+def _content(device: Device) -> tuple[object, ...]:
+    """What the allocator reads of a Device."""
+    meta = device.metadata
+    return (device.spec.devices, meta.labels, meta.annotations)
+
+
+def _width(states: Mapping[str, NodeDeviceState]) -> int:
+    return max((len(s.of_type(k.DEVICE_TYPE_GPU)) for s in states.values()), default=0)
+
+
+class DeviceShare:
+    """The ``DeviceShare`` plugin; see the module docstring."""
+
+    name = NAME
+
+    def __init__(self, args: DeviceSharePluginArgs) -> None:
+        self.args = args
+        strategy = args.scoring_strategy
+        self._weights = strategy.weights
+        self._most = strategy.type == MOST_ALLOCATED
+        self._names = tuple(sorted(_PLAIN | self._weights.keys()))
+        self._templates = NO_TEMPLATES
+        #: node -> its Device (the last one seen when it is gone).
+        self._devices: dict[str, Device] = {}
+        #: Nodes whose Device went away: their devices stay, unhealthy.
+        self._gone: set[str] = set()
+        #: node -> pod uid -> the allocation it holds (bound or assumed).
+        self._held: dict[str, dict[str, Allocation]] = {}
+        #: pod uid -> (node, the pod object last read) for assigned pods.
+        self._pods: dict[str, tuple[str, Pod]] = {}
+        self._states: dict[str, NodeDeviceState] = {}
+        #: node -> allocations held but not yet charged in its state (see ``_charge``).
+        self._deferred: dict[str, list[Allocation]] = {}
+        self._device_view: tuple[object, ...] | None = None
+        self._pod_view: tuple[object, ...] | None = None
+        self._names_view: tuple[str, ...] | None = None
+        self._arrays = _Arrays(0, 0, self._names)
+
+    # -- cluster state ------------------------------------------------------------------------
+
+    def state(self, node: str) -> NodeDeviceState:
+        """The device state of ``node`` (empty when it has no Device)."""
+        deferred = self._deferred.pop(node, None)
+        if deferred:
+            current = self._states.get(node) or NodeDeviceState(node=node)
+            for allocation in deferred:
+                current = apply(current, allocation)
+            self._states[node] = current
+        return self._states.get(node) or NodeDeviceState(node=node)
+
+    def _rebuild(self, node: str, table: NodeTable) -> None:
+        device = self._devices.get(node)
+        row = table.index.get(node)
+        labels = table.nodes[row].metadata.labels if row is not None else {}
+        state = node_state(device, node=node, node_labels=labels)
+        if node in self._gone:
+            state = mark_unhealthy(state)
+        for allocation in self._held.get(node, {}).values():
+            state = apply(state, allocation)
+        self._states[node] = state
+        self._deferred.pop(node, None)
+
+    def _align(self, table: NodeTable) -> None:
+        """Rebuild every node's state and the arrays for the table's rows."""
+        self._names_view = table.names
+        for name in table.names:
+            self._rebuild(name, table)
+        self._arrays = _Arrays(len(table), _width(self._states), self._names)
+        for row, name in enumerate(table.names):
+            self._arrays.fill(row, self.state(name), self.args)
+
+    def sync(self, snapshot: Snapshot, table: NodeTable) -> bool:
+        registry = _REGISTRY
+        devices = snapshot.objects(registry.for_type(Device))
+        pods = snapshot.objects(registry.for_type(Pod))
+        dirty: set[str] = set()
+        changed = False
+        if devices is not self._device_view:
+            self._device_view = devices
+            seen: set[str] = set()
+            for obj in devices:
+                device = cast("Device", obj)
+                name = device.metadata.name
+                seen.add(name)
+                known = self._devices.get(name)
+                if known is device and name not in self._gone:
+                    continue
+                self._devices[name] = device
+                if name in self._gone or known is None or _content(known) != _content(device):
+                    self._gone.discard(name)
+                    dirty.add(name)
+                    changed = True
+            for name in self._devices.keys() - seen - self._gone:
+                self._gone.add(name)
+                dirty.add(name)
+                changed = True
+        if pods is not self._pod_view:
+            self._pod_view = pods
+            dirty |= self._sync_pods(pods)
+        if table.names is not self._names_view:
+            self._align(table)
+            return changed
+        for name in dirty:
+            self._rebuild(name, table)
+        if _width({n: self.state(n) for n in dirty}) > self._arrays.healthy.shape[1]:
+            self._names_view = None
+            return self.sync(snapshot, table) or changed
+        for name in dirty:
+            at = table.index.get(name)
+            if at is not None:
+                self._arrays.fill(at, self.state(name), self.args)
+        return changed
+
+    def _sync_pods(self, pods: tuple[object, ...]) -> set[str]:
+        dirty: set[str] = set()
+        present: set[str] = set()
+        for obj in pods:
+            pod = cast("Pod", obj)
+            if not is_assigned(pod) or k.ANNOTATION_DEVICE_ALLOCATED not in pod.annotations:
+                continue
+            uid = pod.metadata.uid or pod_key(pod)
+            present.add(uid)
+            known = self._pods.get(uid)
+            if known is not None and known[1] is pod:
+                continue
+            node = pod.spec.node_name
+            allocation = pod_allocation(pod)
+            if known is not None:
+                before = self._held.get(known[0], {}).pop(uid, None)
+                if known[0] == node and before == allocation:
+                    self._pods[uid] = (node, pod)
+                    if allocation is not None:
+                        self._held[node][uid] = allocation
+                    continue
+                dirty.add(known[0])
+            else:
+                # An assumed pod now bound: its allocation is already charged.
+                assumed = self._held.get(node, {}).get(uid)
+                if assumed is not None and assumed == allocation:
+                    self._pods[uid] = (node, pod)
+                    continue
+            self._pods[uid] = (node, pod)
+            if allocation is not None:
+                self._held.setdefault(node, {})[uid] = allocation
+            dirty.add(node)
+        for uid in [u for u in self._pods if u not in present]:
+            node, _ = self._pods.pop(uid)
+            if self._held.get(node, {}).pop(uid, None) is not None:
+                dirty.add(node)
+        return dirty
+
+    # -- PreFilter ----------------------------------------------------------------------------
+
+    def pre_filter(self, state: fw.CycleState, pod: PodInfo, table: NodeTable) -> fw.Status:
+        if _DEVICE_RESOURCES.isdisjoint(pod.requests) and _DEVICE_ANNOTATIONS.isdisjoint(
+            pod.pod.annotations
+        ):
+            # Most pods: nothing for the core to read (it would answer an empty request).
+            state.write(NAME, _NOTHING)
+            return fw.SKIP
+        request = prepare(pod.pod, args=self.args, templates=self._templates)
+        if isinstance(request, Rejection):
+            state.write(NAME, request)
+            return fw.Status(_code(request), (request.reason,), NAME)
+        if request.empty:
+            state.write(NAME, _NOTHING)
+            return fw.SKIP
+        if table.names is not self._names_view:  # the node set changed since the last sync
+            self._align(table)
+        state.write(NAME, self._classify(request))
+        return fw.SUCCESS
+
+    def _wanted(
+        self, state: fw.CycleState, pod: PodInfo, table: NodeTable
+    ) -> _PodRequest | Rejection | None:
+        """PreFilter's answer (worked out here when the profile runs no DeviceShare
+        PreFilter); None when the pod asks for no device."""
+        if NAME not in state:
+            self.pre_filter(state, pod, table)
+        wanted = state.get(NAME, _PodRequest) or state.get(NAME, Rejection)
+        return None if wanted is _NOTHING else wanted
+
+    def pre_score(
+        self, state: fw.CycleState, pod: PodInfo, table: NodeTable, feasible: fw.Rows
+    ) -> fw.Status:
+        """Skip (no Score) for a pod asking for no device."""
+        return fw.SUCCESS if isinstance(self._wanted(state, pod, table), _PodRequest) else fw.SKIP
+
+    def _classify(self, request: DeviceRequest) -> _PodRequest:
+        gpu = request.gpu
+        plain = (
+            gpu is not None
+            and len(request.types) == 1
+            and not request.hints
+            and request.joint is None
+            and request.partition is None
+            and request.designated is None
+            and not request.isolation_provider
+            and not gpu.apply_for_all
+            and set(gpu.per_device) <= _PLAIN
+            and not (
+                gpu.shared
+                and needs_template(
+                    gpu.per_device,
+                    self.args.gpu_shared_resource_templates_config.matched_resources,
+                )
+            )
+        )
+        if not plain or gpu is None:
+            return _PodRequest(request, False)
+        return _PodRequest(request, True, gpu.count, dict(gpu.per_device.nonzero()))
+
+    # -- Filter -------------------------------------------------------------------------------
+
+    def filter(
+        self, state: fw.CycleState, pod: PodInfo, table: NodeTable, candidates: fw.Mask
+    ) -> fw.FilterResult:
+        wanted = self._wanted(state, pod, table)
+        if wanted is None:
+            return fw.FilterResult.accept(candidates)
+        if isinstance(wanted, Rejection):
+            return fw.FilterResult.reject_where(
+                candidates, candidates, wanted.reason, _code(wanted)
+            )
+        arrays = self._arrays
+        fixed = arrays.fixed(self._weights)
+        failed: dict[tuple[str, fw.Code], fw.Mask] = {}
+        live = candidates
+        gpu = wanted.request.gpu
+        if gpu is not None:
+            bare = candidates & fixed.no_gpu
+            if bare.any():
+                failed[(_NO_GPU, fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE)] = bare
+                live = candidates & ~fixed.no_gpu
+        slow = live
+        if wanted.plain and gpu is not None:
+            quick = fixed.quick_share if gpu.shared else fixed.quick_whole
+            short = live & quick & ~self._enough(wanted)
+            if short.any():
+                failed[(_NO_GPU, fw.Code.UNSCHEDULABLE)] = short
+            slow = live & ~quick
+        for row in np.flatnonzero(slow):
+            answer = allocate(
+                wanted.request,
+                self.state(table.names[row]),
+                args=self.args,
+                templates=self._templates,
+                filtering=True,
+            )
+            if isinstance(answer, Rejection):
+                key = (answer.reason, _code(answer))
+                mask = failed.get(key)
+                if mask is None:
+                    mask = failed[key] = np.zeros(len(candidates), np.bool_)
+                mask[row] = True
+        if not failed:
+            return fw.FilterResult(candidates)
+        rejected = np.logical_or.reduce(list(failed.values()))
+        rejections = tuple(
+            fw.Rejection(reason, code, np.flatnonzero(mask))
+            for (reason, code), mask in failed.items()
+        )
+        return fw.FilterResult(candidates & ~rejected, rejections)
+
+    def _enough(self, wanted: _PodRequest) -> fw.Mask:
+        """Per row: whether enough healthy cards can each give the plain request's share.
+
+        A plain request asks a positive amount of something, which an unhealthy card or a
+        padding column (nothing free) never has: no health mask is needed.
+        """
+        arrays = self._arrays
+        fits: NDArray[np.bool_] | None = None
+        for name, want in self._wants(wanted).items():
+            ok = arrays.free[name] >= want
+            fits = ok if fits is None else np.logical_and(fits, ok, out=fits)
+        assert fits is not None
+        if wanted.count == 1:
+            if fits.shape[1] == 8 and fits.flags.c_contiguous:
+                # Eight booleans are one 64-bit word: any card = a non-zero word.
+                return cast("fw.Mask", fits.view(np.uint64)[:, 0] != 0)
+            return cast("fw.Mask", fits.any(axis=1))
+        return cast("fw.Mask", np.count_nonzero(fits, axis=1) >= wanted.count)
+
+    def _wants(self, wanted: _PodRequest, *, first: bool = False) -> dict[str, Grid | int]:
+        """The core's ``demand`` over every row's cards (``first``: over each row's first
+        healthy card): a ratio request also takes its memory, a memory request its ratio
+        (0 where the card reports no memory). The converted grids are cached per amount
+        until the card memories change."""
+        per = wanted.per_device or {}
+        wants: dict[str, Grid | int] = dict(per)
+        if _MEMORY in per and _RATIO not in per:
+            wants[_RATIO] = self._arrays.converted(_RATIO, per[_MEMORY], first=first)
+        elif _RATIO in per and _MEMORY not in per:
+            wants[_MEMORY] = self._arrays.converted(_MEMORY, per[_RATIO], first=first)
+        return wants
+
+    # -- Score --------------------------------------------------------------------------------
+
+    def score(
+        self, state: fw.CycleState, pod: PodInfo, table: NodeTable, feasible: fw.Rows
+    ) -> fw.Scores:
+        wanted = self._wanted(state, pod, table)
+        if not isinstance(wanted, _PodRequest):
+            return np.zeros(len(feasible), np.int64)
+        if not wanted.plain:
+            return np.array(
+                [
+                    score_node(wanted.request, self.state(table.names[row]), self.args)
+                    for row in feasible
+                ],
+                np.int64,
+            )
+        arrays = self._arrays
+        fixed = arrays.fixed(self._weights)
+        wants = self._wants(wanted, first=True)
+        total: Grid | None = None
+        for name, weight, capacity, divisor in fixed.scored:
+            free = arrays.free_sum[name]
+            want = wants.get(name, 0)
+            if self._most:
+                value = np.minimum(capacity - free + want, capacity) * 100 // divisor
+            else:
+                value = np.maximum(free - want, 0) * 100 // divisor
+            if weight != 1:
+                value *= weight
+            total = value if total is None else total + value
+        if total is None:
+            return np.zeros(len(feasible), np.int64)
+        scores = total // fixed.weight_sums
+        return scores if len(feasible) == len(table) else scores[feasible]
+
+    def normalize(self, state: fw.CycleState, pod: PodInfo, scores: fw.Scores) -> fw.Scores:
+        return fw.default_normalize(scores)
+
+    # -- Reserve ------------------------------------------------------------------------------
+
+    def reserve(self, state: fw.CycleState, pod: PodInfo, table: NodeTable, row: int) -> fw.Status:
+        wanted = self._wanted(state, pod, table)
+        if not isinstance(wanted, _PodRequest):
+            return fw.SUCCESS
+        node = table.names[row]
+        answer: Allocation | Rejection | None = self._plain_cards(wanted, row, node)
+        quick = answer is not None
+        if answer is None:
+            answer = allocate(
+                wanted.request, self.state(node), args=self.args, templates=self._templates
+            )
+        if isinstance(answer, Rejection):
+            return fw.Status(_code(answer), (answer.reason,), NAME)
+        self._charge(node, row, pod.uid, answer, quick=quick)
+        state.write(f"{NAME}/reserved", _Reserved(row, node, answer))
+        return fw.SUCCESS
+
+    def _plain_cards(self, wanted: _PodRequest, row: int, node: str) -> Allocation | None:
+        """The core's choice for a plain GPU request on a plain row, worked out over the
+        row's arrays; None where the core must choose (several whole cards) or say why not.
+
+        A share takes the cards that can give it, best device score first, then the lowest
+        minor. One whole card takes, when every card reports its topology, a fitting card
+        of the PCIe switch with the most cards in use (then the lowest NUMA node and switch,
+        then the lowest minor), else the best-scoring one as a share does.
+        """
+        gpu = wanted.request.gpu
+        arrays = self._arrays
+        if (
+            not wanted.plain
+            or gpu is None
+            or not arrays.plain[row]
+            or (gpu.shared and arrays.no_share[row])
+            or (not gpu.shared and gpu.count != 1)
+        ):
+            return None
+        # Eight cards or so: plain Python over the row beats numpy's per-call cost here.
+        per = gpu.per_device
+        memory = arrays.card_memory[row].tolist()
+        healthy = arrays.healthy[row].tolist()
+        # The names this choice reads: the share's, the scored ones, and ratio and memory
+        # (every GPU allocation holds both, so they tell whether a card is in use).
+        fixed = arrays.fixed(self._weights)
+        names = {*per, *fixed.scored_names, _RATIO, _MEMORY}
+        free = {name: arrays.free[name][row].tolist() for name in names}
+        capacity = {name: arrays.capacity[name][row].tolist() for name in names}
+        fitting: list[tuple[int, int]] = []  # (-score, column)
+        wants: dict[int, dict[str, int]] = {}
+        for column, ok in enumerate(healthy):
+            if not ok:
+                continue
+            want = wants[column] = _demand(per, memory[column])
+            if any(free[name][column] < amount for name, amount in want.items()):
+                continue
+            fitting.append((-self._card_score(capacity, free, want, column), column))
+        if len(fitting) < gpu.count:
+            return None
+        cards = arrays.cards[row]
+        if not gpu.shared and arrays.topology[row]:
+            busy: dict[tuple[int, str], int] = {}
+            for column, ok in enumerate(healthy):
+                if ok:
+                    scope = cards[column][2:]
+                    in_use = any(capacity[n][column] != free[n][column] for n in (_RATIO, _MEMORY))
+                    busy[scope] = busy.get(scope, 0) + in_use
+            best = min(
+                (column for _, column in fitting),
+                key=lambda c: (-busy[cards[c][2:]], *cards[c][2:], cards[c][0]),
+            )
+            picked = [best]
+        else:
+            picked = [column for _, column in sorted(fitting)[: gpu.count]]
+        devices = tuple(
+            AllocatedDevice(
+                minor=cards[column][0],
+                resources=ResourceList(wants[column]),
+                id=cards[column][1],
+            )
+            for column in picked
+        )
+        return Allocation({k.DEVICE_TYPE_GPU: devices})
+
+    def _card_score(
+        self,
+        capacity: Mapping[str, list[int]],
+        free: Mapping[str, list[int]],
+        want: Mapping[str, int],
+        column: int,
+    ) -> int:
+        """The core's ``device_score`` of one card, from the row's lists."""
+        score = weight_sum = 0
+        for name, weight in self._weights.items():
+            amounts = capacity.get(name)
+            if amounts is None:
+                continue  # no card anywhere has it
+            total = amounts[column]
+            if total <= 0:
+                continue
+            requested = total - free[name][column] + want.get(name, 0)
+            if self._most:
+                value = min(requested, total) * 100 // total
+            else:
+                value = 0 if requested > total else (total - requested) * 100 // total
+            score += value * weight
+            weight_sum += weight
+        return score // weight_sum if weight_sum else 0
+
+    def _charge(
+        self, node: str, row: int, uid: str, allocation: Allocation, *, quick: bool = False
+    ) -> None:
+        """Hold ``allocation`` for ``uid`` on the node. ``quick`` (a plain allocation worked
+        out over the arrays): the arrays are updated directly and the node state only when
+        someone reads it next."""
+        held = self._held.setdefault(node, {})
+        before = held.pop(uid, None)
+        if quick and before is None:
+            held[uid] = allocation
+            self._arrays.charge(row, allocation)
+            self._deferred.setdefault(node, []).append(allocation)
+            return
+        current = self.state(node)
+        if before is not None:
+            current = release(current, before)
+        held[uid] = allocation
+        self._states[node] = apply(current, allocation)
+        self._refill(row, node, allocation, before)
+
+    def _refill(self, row: int, node: str, *allocations: Allocation | None) -> None:
+        minors = {m for a in allocations if a is not None for m in a.minors(k.DEVICE_TYPE_GPU)}
+        if minors:
+            self._arrays.refill(row, self._states[node], tuple(minors))
+
+    def unreserve(self, state: fw.CycleState, pod: PodInfo, table: NodeTable, row: int) -> None:
+        reserved = state.get(f"{NAME}/reserved", _Reserved)
+        if reserved is None:
+            return
+        state.delete(f"{NAME}/reserved")
+        held = self._held.get(reserved.node, {})
+        if held.pop(pod.uid, None) is None:
+            return
+        self._states[reserved.node] = release(self.state(reserved.node), reserved.allocation)
+        if table.index.get(reserved.node) == reserved.row:
+            self._refill(reserved.row, reserved.node, reserved.allocation)
+
+    # -- PreBind ------------------------------------------------------------------------------
+
+    def pre_bind(
+        self, state: fw.CycleState, pod: PodInfo, table: NodeTable, row: int
+    ) -> fw.PreBindResult:
+        reserved = state.get(f"{NAME}/reserved", _Reserved)
+        if reserved is None or reserved.allocation.empty:
+            return fw.PreBindResult(fw.SKIP)
+        annotations = {k.ANNOTATION_DEVICE_ALLOCATED: encode_allocation(reserved.allocation)}
+        labels: dict[str, str] = {}
+        if self.args.device_plugin_adaption:
+            node_state_ = self.state(reserved.node)
+            adapted = adapter_annotations(
+                reserved.allocation,
+                vendor=node_state_.vendor,
+                model=node_state_.model,
+                node_name=reserved.node,
+                now_ns=time.time_ns(),
+                isolation_provider=pod.pod.labels.get(k.LABEL_GPU_ISOLATION_PROVIDER, ""),
+            )
+            annotations.update(adapted.annotations)
+            labels.update(adapted.labels)
+        return fw.PreBindResult(annotations=annotations, labels=labels)

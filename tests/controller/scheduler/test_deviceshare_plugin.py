@@ -1,0 +1,523 @@
+"""The DeviceShare plugin on the framework: PreFilter, vectorized Filter, Score, Reserve,
+PreBind, its cluster state, and the scheduler loop writing ``device-allocated``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from apis import constants as k
+from apis.core import Container, Node, Pod, PodSpec, ResourceRequirements
+from apis.meta import Object, ObjectMeta
+from apis.resources import ResourceList
+from apis.scheduling import Device
+from controller.deviceshare import (
+    Allocation,
+    DeviceRequest,
+    allocate,
+    parse_allocation,
+    prepare,
+    score_node,
+)
+from controller.loops import LoopContext
+from controller.scheduler import framework as fw
+from controller.scheduler.cycle import schedule_one
+from controller.scheduler.explain import DIAGNOSIS_ANNOTATION
+from controller.scheduler.loop import POD_SCHEDULED, SchedulerLoop
+from controller.scheduler.nodetable import NodeTable
+from controller.scheduler.plugins.deviceshare import DeviceShare, DeviceSharePluginArgs
+from controller.scheduler.podinfo import PodInfo
+from controller.scheduler.profile import (
+    DEFAULT_CONFIG,
+    PluginConfig,
+    PluginSpec,
+    ProfileError,
+    WeightedPlugin,
+    build_profile,
+)
+from controller.snapshots import Snapshot
+from controller.store import Store
+from tests.controller.deviceshare.builders import GIB, device, gpu, h100_node
+from tests.controller.scheduler import make_node
+
+NOW = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
+
+
+def gpu_pod(
+    requests: Mapping[str, str],
+    *,
+    name: str = "p",
+    node: str = "",
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Pod:
+    wire = {"cpu": "1", **requests}
+    return Pod(
+        metadata=ObjectMeta(
+            name=name,
+            namespace="default",
+            uid=f"uid-{name}",
+            annotations=dict(annotations or {}),
+            labels=dict(labels or {}),
+        ),
+        spec=PodSpec(
+            containers=(
+                Container(
+                    name="main",
+                    resources=ResourceRequirements(requests=ResourceList.parse(wire)),
+                ),
+            ),
+            node_name=node,
+            scheduler_name="koord-scheduler",
+        ),
+    )
+
+
+def holding(node: str, name: str, allocation: Mapping[str, object]) -> Pod:
+    """A pod bound to ``node`` holding ``allocation`` (the annotation's JSON form)."""
+    return gpu_pod(
+        {},
+        name=name,
+        node=node,
+        annotations={k.ANNOTATION_DEVICE_ALLOCATED: json.dumps(allocation)},
+    )
+
+
+def share(minor: int, ratio: int, memory: int = 80 * GIB) -> dict[str, object]:
+    return {
+        "minor": minor,
+        "resources": {
+            k.RESOURCE_GPU_CORE: str(ratio),
+            k.RESOURCE_GPU_MEMORY_RATIO: str(ratio),
+            k.RESOURCE_GPU_MEMORY: str(ratio * memory // 100),
+        },
+    }
+
+
+def eight(node: str, *, memory: int = 80 * GIB) -> Device:
+    return device([gpu(m, memory=memory) for m in range(8)], node=node)
+
+
+def nodes(*names: str, gpus: int = 0) -> list[Node]:
+    """Nodes advertising ``gpus`` cards' worth of device resources (as the agent sums them)."""
+    extra = {
+        k.RESOURCE_GPU_CORE: 100 * gpus,
+        k.RESOURCE_GPU_MEMORY_RATIO: 100 * gpus,
+        k.RESOURCE_GPU_MEMORY: 80 * GIB * gpus,
+        k.RESOURCE_NVIDIA_GPU: gpus,
+    }
+    return [
+        make_node(name, cpu=64_000, memory=256 * GIB, extra=extra if gpus else None)
+        for name in names
+    ]
+
+
+def snap(objects: Sequence[Object]) -> Snapshot:
+    """A store snapshot holding ``objects``."""
+    with Store(clock=lambda: NOW) as store:
+        store.apply_many(objects)
+        return store.snapshot()
+
+
+def synced(
+    objects: Sequence[Object], node_list: Sequence[Node], args: DeviceSharePluginArgs | None = None
+) -> tuple[DeviceShare, NodeTable]:
+    plugin = DeviceShare(args or DeviceSharePluginArgs())
+    table = NodeTable(node_list, [o for o in objects if isinstance(o, Pod)])
+    plugin.sync(snap(objects), table)
+    return plugin, table
+
+
+def run_filter(
+    plugin: DeviceShare, table: NodeTable, pod: Pod
+) -> tuple[fw.Status, fw.FilterResult | None, fw.CycleState]:
+    state = fw.CycleState()
+    info = PodInfo.of(pod, table)
+    status = plugin.pre_filter(state, info, table)
+    if not status.is_success:
+        return status, None, state
+    return status, plugin.filter(state, info, table, table.all_mask), state
+
+
+# --- PreFilter ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("requests", "code", "message"),
+    [
+        ({}, fw.Code.SKIP, ""),
+        ({k.RESOURCE_GPU_MEMORY_RATIO: "50"}, fw.Code.SUCCESS, ""),
+        (
+            {k.RESOURCE_GPU_CORE: "50"},
+            fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+            f"invalid resource device requests: [{k.RESOURCE_GPU_CORE}]",
+        ),
+        (
+            {k.RESOURCE_GPU: "150"},
+            fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+            f"invalid resource unit {k.RESOURCE_GPU}: 150",
+        ),
+    ],
+)
+def test_pre_filter(requests: dict[str, str], code: fw.Code, message: str) -> None:
+    plugin, table = synced([eight("n1")], nodes("n1"))
+    status = plugin.pre_filter(fw.CycleState(), PodInfo.of(gpu_pod(requests), table), table)
+    assert status.code is code
+    assert status.message == message
+
+
+def test_a_malformed_device_annotation_is_refused_even_without_device_requests() -> None:
+    plugin, table = synced([eight("n1")], nodes("n1"))
+    pod = gpu_pod({}, annotations={k.ANNOTATION_DEVICE_JOINT_ALLOCATE: "{not json"})
+    status = plugin.pre_filter(fw.CycleState(), PodInfo.of(pod, table), table)
+    assert status.code is fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert k.ANNOTATION_DEVICE_JOINT_ALLOCATE in status.message
+
+
+# --- Filter: the vectorized verdict is the core's ----------------------------------------------
+
+#: Nodes in varied states: empty, partly used, nearly full, one unhealthy card, no Device.
+_CLUSTER: list[Object] = [
+    eight("a-empty"),
+    eight("b-half"),
+    *(holding("b-half", f"h{m}", {"gpu": [share(m, 50)]}) for m in range(8)),
+    eight("c-full"),
+    *(holding("c-full", f"f{m}", {"gpu": [share(m, 90 if m else 100)]}) for m in range(8)),
+    device(
+        [gpu(m, memory=40 * GIB, healthy=m != 0) for m in range(4)],
+        node="d-small",
+        model="A100",
+    ),
+    holding("d-small", "s1", {"gpu": [share(1, 70, 40 * GIB)]}),
+    h100_node(node="f-topology"),
+    holding("f-topology", "t1", {"gpu": [share(5, 30)]}),
+    holding("f-topology", "t2", {"gpu": [share(2, 100)]}),
+]
+_NODES = nodes("a-empty", "b-half", "c-full", "d-small", "e-bare", "f-topology")
+
+
+@pytest.mark.parametrize(
+    "requests",
+    [
+        {k.RESOURCE_GPU_MEMORY_RATIO: "50"},
+        {k.RESOURCE_GPU_MEMORY_RATIO: "10"},
+        {k.RESOURCE_GPU_MEMORY_RATIO: "60"},
+        {k.RESOURCE_GPU_MEMORY: "20Gi"},
+        {k.RESOURCE_GPU_MEMORY: "36Gi"},
+        {k.RESOURCE_GPU_CORE: "30", k.RESOURCE_GPU_MEMORY_RATIO: "30"},
+        {k.RESOURCE_NVIDIA_GPU: "1"},
+        {k.RESOURCE_NVIDIA_GPU: "4"},
+        {k.RESOURCE_GPU: "200"},
+        {k.RESOURCE_GPU_SHARED: "2", k.RESOURCE_GPU_MEMORY_RATIO: "100"},
+    ],
+)
+def test_vectorized_filter_and_score_agree_with_the_core(requests: dict[str, str]) -> None:
+    plugin, table = synced(_CLUSTER, _NODES)
+    pod = gpu_pod(requests)
+    status, result, state = run_filter(plugin, table, pod)
+    assert status.is_success
+    assert result is not None
+    request = prepare(pod)
+    assert isinstance(request, DeviceRequest)
+    info = PodInfo.of(pod, table)
+    for row, name in enumerate(table.names):
+        answer = allocate(request, plugin.state(name))
+        assert bool(result.passed[row]) == isinstance(answer, Allocation), name
+        if isinstance(answer, Allocation):
+            # Reserve picks the very cards the core picks, and Unreserve gives them back.
+            assert plugin.reserve(state, info, table, row).is_success
+            annotation = plugin.pre_bind(state, info, table, row).annotations
+            assert parse_allocation(annotation[k.ANNOTATION_DEVICE_ALLOCATED]) == answer
+            plugin.unreserve(state, info, table, row)
+            assert allocate(request, plugin.state(name)) == answer
+    bare = [r.code for r in result.rejections if table.index["e-bare"] in r.rows]
+    assert bare == [fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE]
+    feasible = np.flatnonzero(result.passed)
+    if len(feasible):
+        scores = plugin.score(state, info, table, feasible)
+        expected = [score_node(request, plugin.state(table.names[r])) for r in feasible]
+        assert scores.tolist() == expected
+
+
+def test_rows_without_devices_are_unresolvable_and_full_ones_unschedulable() -> None:
+    plugin, table = synced(_CLUSTER, _NODES)
+    _, result, _ = run_filter(plugin, table, gpu_pod({k.RESOURCE_NVIDIA_GPU: "8"}))
+    assert result is not None
+    codes = {(r.reason, r.code): sorted(table.names[i] for i in r.rows) for r in result.rejections}
+    assert codes == {
+        ("Insufficient gpu devices", fw.Code.UNSCHEDULABLE): [
+            "b-half",
+            "c-full",
+            "d-small",
+            "f-topology",
+        ],
+        ("Insufficient gpu devices", fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE): ["e-bare"],
+    }
+
+
+# --- Reserve / Unreserve / PreBind ------------------------------------------------------------
+
+
+def test_reserve_charges_the_node_and_unreserve_gives_it_back() -> None:
+    plugin, table = synced([eight("n1")], nodes("n1"))
+    pod = gpu_pod({k.RESOURCE_GPU_MEMORY_RATIO: "100"}, name="whole")
+    info = PodInfo.of(pod, table)
+    state = fw.CycleState()
+    assert plugin.pre_filter(state, info, table).is_success
+    assert plugin.reserve(state, info, table, 0).is_success
+    (held,) = [s for s in plugin.state("n1").devices if s.in_use]
+    assert held.minor == 0
+    result = plugin.pre_bind(state, info, table, 0)
+    allocation = parse_allocation(result.annotations[k.ANNOTATION_DEVICE_ALLOCATED])
+    assert allocation.minors(k.DEVICE_TYPE_GPU) == (0,)
+    assert allocation.of(k.DEVICE_TYPE_GPU)[0].resources.get_amount(k.RESOURCE_GPU_MEMORY) == (
+        80 * GIB
+    )
+    plugin.unreserve(state, info, table, 0)
+    plugin.unreserve(state, info, table, 0)  # idempotent
+    assert not any(s.in_use for s in plugin.state("n1").devices)
+
+
+def test_pre_bind_adds_vendor_annotations_when_adaption_is_on() -> None:
+    metax = device(
+        [gpu(m, memory=64 * GIB, extra={k.RESOURCE_METAX_SGPU: 16}) for m in range(2)],
+        node="mx",
+        vendor=k.GPU_VENDOR_METAX,
+        model="C500",
+    )
+    plugin, table = synced([metax], nodes("mx"), DeviceSharePluginArgs(device_plugin_adaption=True))
+    pod = gpu_pod(
+        {k.RESOURCE_GPU_SHARED: "1", k.RESOURCE_GPU_MEMORY: "1Gi", k.RESOURCE_GPU_CORE: "10"}
+    )
+    info = PodInfo.of(pod, table)
+    state = fw.CycleState()
+    assert plugin.pre_filter(state, info, table).is_success
+    assert plugin.filter(state, info, table, table.all_mask).passed.tolist() == [True]
+    assert plugin.reserve(state, info, table, 0).is_success
+    annotations = plugin.pre_bind(state, info, table, 0).annotations
+    assert annotations[k.ANNOTATION_GPU_MINORS] == "0"
+    devices = json.loads(annotations[k.ANNOTATION_METAX_GPU_DEVICES_ALLOCATED])
+    assert devices == [[{"uuid": "GPU-0", "compute": 10, "vRam": 1024}]]
+    # The sGPU slot is charged too.
+    assert plugin.state("mx").devices[0].used.get_amount(k.RESOURCE_METAX_SGPU) == 1
+
+
+def test_a_pod_asking_no_device_gets_nothing_written() -> None:
+    plugin, table = synced([eight("n1")], nodes("n1"))
+    state = fw.CycleState()
+    info = PodInfo.of(gpu_pod({}), table)
+    assert plugin.pre_filter(state, info, table).code is fw.Code.SKIP
+    assert plugin.reserve(state, info, table, 0).is_success
+    assert plugin.pre_bind(state, info, table, 0).status.code is fw.Code.SKIP
+
+
+# --- cluster state ------------------------------------------------------------------------------
+
+
+def used(plugin: DeviceShare, node: str, minor: int) -> int:
+    slot = plugin.state(node).slot(k.DEVICE_TYPE_GPU, minor)
+    assert slot is not None
+    return slot.used.get_amount(k.RESOURCE_GPU_CORE)
+
+
+def test_sync_reports_device_changes_and_keeps_a_deleted_device_unhealthy() -> None:
+    plugin = DeviceShare(DeviceSharePluginArgs())
+    table = NodeTable(nodes("n1"))
+    first = eight("n1")
+    bound = holding("n1", "b", {"gpu": [share(3, 40)]})
+    assert plugin.sync(snap([first, bound]), table)
+    assert not plugin.sync(snap([first, bound]), table)
+    assert used(plugin, "n1", 3) == 40
+    assert plugin.sync(snap([bound]), table)
+    slots = plugin.state("n1").devices
+    assert len(slots) == 8
+    assert not any(s.healthy for s in slots)
+    assert used(plugin, "n1", 3) == 40
+    assert plugin.sync(snap([first, bound]), table)
+    assert all(s.healthy for s in plugin.state("n1").devices)
+    # The pod's deletion gives its share back; no Device changed.
+    assert not plugin.sync(snap([first]), table)
+    assert not any(s.in_use for s in plugin.state("n1").devices)
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"scoringStrategy": {"type": "Random"}}, "scoringStrategy.type"),
+        ({"scoringStrategy": {"resources": [{"name": "x", "weight": 0}]}}, "weight"),
+        ({"devicePluginAdaptation": True}, "devicePluginAdaptation"),
+    ],
+)
+def test_bad_args_name_the_field(args: dict[str, object], field: str) -> None:
+    config = msgspec.structs.replace(
+        DEFAULT_CONFIG, plugin_config=(PluginConfig(name="DeviceShare", args=args),)
+    )
+    with pytest.raises(ProfileError, match=field):
+        build_profile(config)
+
+
+# --- the scheduler loop -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    with Store(clock=lambda: NOW) as opened:
+        yield opened
+
+
+def _get(store: Store, name: str) -> Pod:
+    pod = store.get(store.registry.for_type(Pod), name, "default")
+    assert isinstance(pod, Pod)
+    return pod
+
+
+def _message(pod: Pod) -> str:
+    return next((c.message for c in pod.status.conditions if c.type == POD_SCHEDULED), "")
+
+
+def test_loop_places_shares_writes_the_allocation_and_explains_the_rest(store: Store) -> None:
+    store.create(nodes("cpu-only")[0])
+    store.create(nodes("gpu-1", gpus=2)[0])
+    store.create(device([gpu(0), gpu(1)], node="gpu-1"))
+    for i in range(2):
+        store.create(gpu_pod({k.RESOURCE_GPU_MEMORY_RATIO: "60"}, name=f"share-{i}"))
+    store.create(gpu_pod({k.RESOURCE_GPU_MEMORY_RATIO: "60"}, name="share-2"))
+    store.create(gpu_pod({k.RESOURCE_GPU_CORE: "50"}, name="invalid"))
+    loop = SchedulerLoop()
+    ctx = LoopContext(store=store, now=lambda: NOW)
+    loop.reconcile(ctx)
+
+    minors = []
+    for i in range(2):
+        pod = _get(store, f"share-{i}")
+        assert pod.spec.node_name == "gpu-1"
+        allocation = parse_allocation(pod.annotations[k.ANNOTATION_DEVICE_ALLOCATED])
+        (entry,) = allocation.of(k.DEVICE_TYPE_GPU)
+        assert entry.id == f"GPU-{entry.minor}"
+        assert entry.resources.get_amount(k.RESOURCE_GPU_MEMORY) == 48 * GIB
+        minors.append(entry.minor)
+    assert sorted(minors) == [0, 1]  # LeastAllocated spreads the shares over the cards
+
+    # 120 of the node's 200 ratio is used, but no card has 60 left.
+    late = _get(store, "share-2")
+    assert late.spec.node_name == ""
+    assert json.loads(late.annotations[DIAGNOSIS_ANNOTATION]) == {
+        "NodeResourcesFit": {f"Insufficient {k.RESOURCE_GPU_MEMORY_RATIO}": 1},
+        "DeviceShare": {"Insufficient gpu devices": 1},
+    }
+    assert "1 Insufficient gpu devices" in _message(late)
+    invalid = _get(store, "invalid")
+    assert _message(invalid) == (
+        f"0/2 nodes are available: invalid resource device requests: [{k.RESOURCE_GPU_CORE}]."
+    )
+
+    # The next pass reads the bound pods' allocations back: nothing is charged twice, and a
+    # deleted pod's share is given back.
+    loop.reconcile(ctx)
+    used = plugin_of(loop).state("gpu-1").devices
+    assert [s.used.get_amount(k.RESOURCE_GPU_MEMORY_RATIO) for s in used] == [60, 60]
+    store.delete(store.registry.for_type(Pod), "share-0", "default")
+    loop.reconcile(ctx)
+    used = plugin_of(loop).state("gpu-1").devices
+    assert sorted(s.used.get_amount(k.RESOURCE_GPU_MEMORY_RATIO) for s in used) == [0, 60]
+
+
+def plugin_of(loop: SchedulerLoop) -> DeviceShare:
+    (plugin,) = [p for p in loop._stateful if isinstance(p, DeviceShare)]
+    return plugin
+
+
+def test_loop_retries_a_parked_pod_when_a_device_appears(store: Store) -> None:
+    store.create(nodes("n1", gpus=4)[0])
+    store.create(gpu_pod({k.RESOURCE_NVIDIA_GPU: "2"}, name="two"))
+    loop = SchedulerLoop()
+    ctx = LoopContext(store=store, now=lambda: NOW)
+    loop.reconcile(ctx)
+    assert _get(store, "two").spec.node_name == ""
+    store.create(device([gpu(m) for m in range(4)], node="n1"))
+    assert loop.reconcile(ctx) == pytest.approx(1.0)  # released, after its backoff
+    ctx = LoopContext(store=store, now=lambda: NOW + timedelta(seconds=1))
+    loop.reconcile(ctx)
+    pod = _get(store, "two")
+    assert pod.spec.node_name == "n1"
+    allocation = parse_allocation(pod.annotations[k.ANNOTATION_DEVICE_ALLOCATED])
+    assert allocation.minors(k.DEVICE_TYPE_GPU) == (0, 1)
+
+
+# --- property: no card is ever over-committed, and the arrays agree with the core --------------
+
+_SHARES = st.one_of(
+    st.sampled_from([10, 25, 30, 50, 60, 100, 200]).map(
+        lambda r: {k.RESOURCE_GPU_MEMORY_RATIO: str(r)}
+    ),
+    st.sampled_from([4, 20, 40]).map(lambda g: {k.RESOURCE_GPU_MEMORY: f"{g}Gi"}),
+    st.sampled_from([1, 2]).map(lambda n: {k.RESOURCE_NVIDIA_GPU: str(n)}),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=4), min_size=1, max_size=3),
+    topology=st.booleans(),
+    requests=st.lists(_SHARES, min_size=1, max_size=25),
+)
+def test_placed_shares_never_overcommit_a_card(
+    sizes: list[int], topology: bool, requests: list[dict[str, str]]
+) -> None:
+    names = [f"n{i}" for i in range(len(sizes))]
+    devices: list[Object] = [
+        device(
+            [gpu(m, numa=m // 2, pcie=f"p{m // 2}" if topology else "") for m in range(size)],
+            node=name,
+        )
+        for name, size in zip(names, sizes, strict=True)
+    ]
+    plugin, table = synced(devices, nodes(*names, gpus=4))
+    profile = build_profile(
+        msgspec.structs.replace(
+            DEFAULT_CONFIG,
+            pre_filter=("DeviceShare",),
+            filter=("DeviceShare",),
+            pre_score=("DeviceShare",),
+            score=(WeightedPlugin(name="DeviceShare"),),
+            reserve=("DeviceShare",),
+            permit=(),
+            pre_bind=(),
+            bind=(),
+            post_filter=(),
+            plugin_config=(),
+        ),
+        {"DeviceShare": PluginSpec(DeviceSharePluginArgs, lambda _args: plugin)},
+    )
+    for index, wire in enumerate(requests):
+        pod = gpu_pod(wire, name=f"p{index}")
+        request = prepare(pod)
+        assert isinstance(request, DeviceRequest)
+        fits = [isinstance(allocate(request, plugin.state(n)), Allocation) for n in names]
+        decision = schedule_one(profile, table, PodInfo.of(pod, table))
+        assert (decision.row is not None) == any(fits)
+    # Nothing over-committed, and the arrays the quick paths kept up to date (deferring the
+    # node state's own charges) still give the core's verdicts and scores.
+    for name in names:
+        for slot in plugin.state(name).devices:
+            for resource, amount in slot.used.items():
+                assert amount <= slot.total.get_amount(resource)
+    for share in ("10", "50", "100"):
+        probe = gpu_pod({k.RESOURCE_GPU_MEMORY_RATIO: share}, name="probe")
+        request = prepare(probe)
+        assert isinstance(request, DeviceRequest)
+        _, result, state = run_filter(plugin, table, probe)
+        assert result is not None
+        states = [plugin.state(n) for n in table.names]
+        assert result.passed.tolist() == [
+            isinstance(allocate(request, one), Allocation) for one in states
+        ]
+        scores = plugin.score(state, PodInfo.of(probe, table), table, table.all_rows)
+        assert scores.tolist() == [score_node(request, one) for one in states]

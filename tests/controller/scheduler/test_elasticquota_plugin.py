@@ -1,0 +1,172 @@
+"""ElasticQuota on the scheduler loop: a quota admits pods up to its max."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+import pytest
+
+from apis import constants as k
+from apis.core import Pod
+from apis.meta import ObjectMeta
+from apis.quota import ElasticQuota as ElasticQuotaObject
+from apis.quota import ElasticQuotaSpec
+from apis.resources import ResourceList
+from controller.loops import LoopContext
+from controller.scheduler.loop import POD_SCHEDULED, SchedulerLoop
+from controller.scheduler.plugins.elasticquota import ElasticQuota
+from controller.scheduler.profile import (
+    DEFAULT_CONFIG,
+    PluginConfig,
+    ProfileConfig,
+    ProfileError,
+    build_profile,
+)
+from controller.store import Store
+from tests.controller.scheduler import GI, make_node, make_pod
+
+QUOTA_PROFILE = ProfileConfig(
+    pre_filter=("Coscheduling", "ElasticQuota"),
+    filter=("NodeUnschedulable", "NodeResourcesFit"),
+    post_filter=("Coscheduling",),
+    reserve=("Coscheduling", "ElasticQuota"),
+    permit=("Coscheduling",),
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(clock: Clock) -> Iterator[Store]:
+    with Store(clock=clock) as opened:
+        yield opened
+
+
+def quota(name: str, namespace: str, **max_: int) -> ElasticQuotaObject:
+    return ElasticQuotaObject(
+        metadata=ObjectMeta(name=name, namespace=namespace),
+        spec=ElasticQuotaSpec(max=ResourceList(max_)),
+    )
+
+
+def team_pod(
+    name: str, *, cpu: int = 1000, label: str = "", annotations: dict[str, str] | None = None
+) -> Pod:
+    pod = make_pod(name, cpu=cpu, namespace="team")
+    labels = {k.LABEL_QUOTA_NAME: label} if label else {}
+    return msgspec.structs.replace(
+        pod,
+        metadata=msgspec.structs.replace(
+            pod.metadata, labels=labels, annotations=dict(annotations or {})
+        ),
+    )
+
+
+def _pod(store: Store, name: str) -> Pod:
+    pod = store.get(store.registry.for_type(Pod), name, "team")
+    assert isinstance(pod, Pod)
+    return pod
+
+
+def _message(pod: Pod) -> str:
+    return next(c.message for c in pod.status.conditions if c.type == POD_SCHEDULED)
+
+
+def _plugin(loop: SchedulerLoop) -> ElasticQuota:
+    (profile,) = loop._profiles
+    plugin = profile.plugins["ElasticQuota"]
+    assert isinstance(plugin, ElasticQuota)
+    return plugin
+
+
+def test_the_shipped_profile_checks_quotas_at_prefilter_and_reserve() -> None:
+    assert "ElasticQuota" in DEFAULT_CONFIG.pre_filter
+    assert "ElasticQuota" in DEFAULT_CONFIG.reserve
+
+
+@pytest.mark.parametrize(
+    ("quota_object", "label"),
+    [
+        (quota("team", "team", cpu=2000), ""),  # a quota named like the namespace
+        (quota("gold", "quotas", cpu=2000), "gold"),  # the quota label
+    ],
+)
+def test_a_quota_admits_pods_up_to_its_max(
+    store: Store, clock: Clock, quota_object: ElasticQuotaObject, label: str
+) -> None:
+    store.create(make_node("n1", cpu=8000, memory=8 * GI))
+    store.create(quota_object)
+    for name in ("p1", "p2", "p3"):
+        store.create(team_pod(name, label=label))
+    loop = SchedulerLoop([build_profile(QUOTA_PROFILE)])
+    ctx = LoopContext(store=store, now=clock)
+    loop.reconcile(ctx)
+    assert [_pod(store, n).spec.node_name for n in ("p1", "p2", "p3")] == ["n1", "n1", ""]
+    name = quota_object.metadata.name
+    assert _message(_pod(store, "p3")) == (
+        f"0/1 nodes are available: Insufficient quotas, quotaName: {name}, runtime: cpu:2,"
+        " used: cpu:2, pod's request: cpu:1, exceedDimensions: [cpu]."
+    )
+    # A pod of the quota going away makes room.
+    store.delete(store.registry.for_type(Pod), "p1", "team")
+    clock.now += timedelta(seconds=2)
+    loop.reconcile(ctx)
+    assert _pod(store, "p3").spec.node_name == "n1"
+    assert _plugin(loop).ledger.usage(name).used == ResourceList({"cpu": 2000})
+
+
+def test_a_raised_max_lets_a_parked_pod_in(store: Store, clock: Clock) -> None:
+    store.create(make_node("n1", cpu=8000))
+    store.create(quota("team", "team", cpu=1000))
+    store.create(team_pod("p1"))
+    store.create(team_pod("p2"))
+    loop = SchedulerLoop([build_profile(QUOTA_PROFILE)])
+    ctx = LoopContext(store=store, now=clock)
+    loop.reconcile(ctx)
+    assert _pod(store, "p2").spec.node_name == ""
+    store.update(quota("team", "team", cpu=3000))
+    clock.now += timedelta(seconds=2)
+    loop.reconcile(ctx)
+    assert _pod(store, "p2").spec.node_name == "n1"
+
+
+def test_unreserve_gives_back_what_a_rejected_gang_held(store: Store, clock: Clock) -> None:
+    store.create(make_node("n1", cpu=2000))
+    store.create(quota("team", "team", cpu=8000))
+    gang = {k.ANNOTATION_GANG_NAME: "g", k.ANNOTATION_GANG_MIN_AVAILABLE: "3"}
+    for name in ("a", "b", "c"):
+        store.create(team_pod(name, annotations=gang))
+    loop = SchedulerLoop([build_profile(QUOTA_PROFILE)])
+    loop.reconcile(LoopContext(store=store, now=clock))
+    # a and b were reserved (and charged) while waiting; c found no room: all let go.
+    assert [_pod(store, n).spec.node_name for n in ("a", "b", "c")] == ["", "", ""]
+    assert _plugin(loop).ledger.usage("team").used.get("cpu", 0) == 0
+
+
+def test_pods_without_a_quota_object_use_the_default_quota(store: Store, clock: Clock) -> None:
+    store.create(make_node("n1", cpu=8000))
+    store.create(team_pod("free", cpu=4000))
+    SchedulerLoop([build_profile(QUOTA_PROFILE)]).reconcile(LoopContext(store=store, now=clock))
+    assert _pod(store, "free").spec.node_name == "n1"
+
+
+def test_bad_args_name_the_field() -> None:
+    config = msgspec.structs.replace(
+        QUOTA_PROFILE,
+        plugin_config=(PluginConfig(name="ElasticQuota", args={"quotaGroupNamespace": ""}),),
+    )
+    with pytest.raises(ProfileError, match="quotaGroupNamespace"):
+        build_profile(config)
