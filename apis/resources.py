@@ -130,6 +130,12 @@ class ResourceList(Mapping[str, int]):
     def __len__(self) -> int:
         return len(self._data)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._data
+
+    def get(self, name: str, default: Any = None) -> Any:  # Mapping's, without a KeyError
+        return self._data.get(name, default)
+
     def __hash__(self) -> int:
         if self._hash is None:
             self._hash = hash(tuple(self._data.items()))

@@ -99,6 +99,12 @@ class LoopRunner:
         with self._store.watch(None, resource_version=self._store.resource_version) as changes:
             while True:
                 wait = self.run_pass()
+                if wait == 0.0:
+                    # A loop has more to do at once (a bounded scheduler pass): let the other
+                    # tasks run first, then go again; the next pass reads every change anyway.
+                    await asyncio.sleep(0)
+                    changes.drain()
+                    continue
                 timeout = self._idle if wait is None else min(wait, self._idle)
                 try:
                     async with asyncio.timeout(timeout):

@@ -25,6 +25,10 @@
 (the first plugin not answering Skip takes the pod; none: the caller's default binder), and
 :func:`abandon` undoes an assumed decision (Unreserve + forget) when binding fails.
 
+A plugin whose PreFilter Skip is final for the pod (``pre_filter_skip_is_final``, see the
+framework) is left out of every later point of the attempt, PreBind included; a Score that is
+the shared :func:`~controller.scheduler.framework.zero_scores` is neither checked nor added.
+
 A plugin that raises turns the attempt into an Error naming it; the pod then backs off.
 """
 
@@ -65,6 +69,8 @@ class Decision:
     nominated: str = ""
     #: Pods to evict so that the pod fits on ``nominated`` (PostFilter preemption).
     victims: tuple[Pod, ...] = ()
+    #: Plugins whose PreFilter Skip ended their part for this pod (PreBind skips them too).
+    quiet: frozenset[str] = frozenset()
 
     @property
     def placed(self) -> bool:
@@ -153,6 +159,7 @@ def _schedule(profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleS
             codes[(narrowed_by[0], reason)] = fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE
             unresolvable.append(np.flatnonzero(~candidates))
 
+    quiet = skipped & profile.final_skips if skipped else _NONE
     alive = bool(np.count_nonzero(candidates)) if narrowed_by else nodes > 0
     if alive and profile.prefer_nodes:
         preferred = _preferred_row(profile, table, pod, state, candidates, skipped)
@@ -182,7 +189,7 @@ def _schedule(profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleS
         candidates = result.passed
 
     left = int(np.count_nonzero(candidates))
-    feasible = table.all_rows if left == nodes else np.flatnonzero(candidates)
+    feasible = table.all_rows if left == nodes else _rows_of(candidates)
     if left == 0:
         diagnosis = fw.Diagnosis(
             nodes=nodes,
@@ -194,8 +201,34 @@ def _schedule(profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleS
         )
         return _unschedulable(profile, table, pod, state, diagnosis, "")
 
-    row = int(feasible[0]) if len(feasible) == 1 else _select(profile, table, pod, state, feasible)
-    return _assume_and_reserve(profile, table, pod, state, row)
+    row = (
+        int(feasible[0])
+        if len(feasible) == 1
+        else _select(profile, table, pod, state, feasible, quiet)
+    )
+    return _assume_and_reserve(profile, table, pod, state, row, quiet)
+
+
+_NONE: frozenset[str] = frozenset()
+#: Read-only candidate masks owning their data (a filter's memoized answer, which nobody
+#: changes) -> (the mask, its rows); the mask is kept so its id is not reused meanwhile.
+_ROWS_OF_READ_ONLY: dict[int, tuple[fw.Mask, fw.Rows]] = {}
+_ROWS_KEPT = 256
+
+
+def _rows_of(candidates: fw.Mask) -> fw.Rows:
+    """``np.flatnonzero(candidates)``, remembered for a read-only mask owning its data."""
+    if candidates.flags.writeable or candidates.base is not None:
+        return np.flatnonzero(candidates)
+    known = _ROWS_OF_READ_ONLY.get(id(candidates))
+    if known is not None and known[0] is candidates:
+        return known[1]
+    if len(_ROWS_OF_READ_ONLY) >= _ROWS_KEPT:
+        _ROWS_OF_READ_ONLY.clear()
+    rows = np.flatnonzero(candidates)
+    rows.flags.writeable = False
+    _ROWS_OF_READ_ONLY[id(candidates)] = (candidates, rows)
+    return rows
 
 
 def _passes_filters(
@@ -280,10 +313,20 @@ def _unschedulable(
 
 
 def _select(
-    profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleState, feasible: fw.Rows
+    profile: Profile,
+    table: NodeTable,
+    pod: PodInfo,
+    state: fw.CycleState,
+    feasible: fw.Rows,
+    quiet: frozenset[str] | set[str],
 ) -> int:
-    skipped: set[str] = set()
+    """The feasible row with the highest weighted score. Plugins that answered Skip at
+    PreScore are not scored, nor the ``quiet`` ones (their PreFilter Skip means a score of
+    0 everywhere): leaving out a constant changes no argmax."""
+    skipped = set(quiet)
     for pre in profile.pre_score:
+        if pre.name in skipped:
+            continue
         try:
             status = pre.pre_score(state, pod, table, feasible)
         except Exception as err:
@@ -303,7 +346,9 @@ def _select(
                 scores = entry.normalizer.normalize(state, pod, scores)
         except Exception as err:
             raise _call_failed(plugin.name, err) from err
-        if len(scores) and (scores.min() < 0 or scores.max() > fw.MAX_NODE_SCORE):
+        if fw.is_zero_scores(scores):
+            continue  # no opinion: adds 0 everywhere
+        if entry.checked and len(scores) and (scores.min() < 0 or scores.max() > fw.MAX_NODE_SCORE):
             reason = f"score out of range [0, {fw.MAX_NODE_SCORE}]: {scores.min()}..{scores.max()}"
             raise _PluginFailedError(fw.Status(fw.Code.ERROR, (reason,), plugin.name))
         weighted = scores * entry.weight if entry.weight != 1 else scores
@@ -314,11 +359,18 @@ def _select(
 
 
 def _assume_and_reserve(
-    profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleState, row: int
+    profile: Profile,
+    table: NodeTable,
+    pod: PodInfo,
+    state: fw.CycleState,
+    row: int,
+    quiet: frozenset[str] | set[str],
 ) -> Decision:
     table.assume(pod.uid, pod.vector, pod.nonzero, row)
     reserved: list[fw.ReservePlugin] = []
     for plugin in profile.reserve:
+        if plugin.name in quiet:
+            continue
         try:
             status = plugin.reserve(state, pod, table, row)
         except Exception as err:
@@ -329,6 +381,8 @@ def _assume_and_reserve(
             return Decision(pod, state, _named(status, plugin.name))
     final = fw.SUCCESS
     for permit in profile.permit:
+        if permit.name in quiet:
+            continue
         try:
             status = permit.permit(state, pod, table, row)
         except Exception as err:
@@ -338,7 +392,14 @@ def _assume_and_reserve(
         elif not status.is_success:
             _unreserve(profile, table, pod, state, row)
             return Decision(pod, state, _named(status, permit.name))
-    return Decision(pod, state, final, row=row, node=table.names[row])
+    return Decision(
+        pod,
+        state,
+        final,
+        row=row,
+        node=table.names[row],
+        quiet=frozenset(quiet) if quiet else _NONE,
+    )
 
 
 def _named(status: fw.Status, plugin: str) -> fw.Status:
@@ -370,6 +431,8 @@ def prepare_binding(profile: Profile, table: NodeTable, decision: Decision) -> B
     annotations: dict[str, str] = {}
     labels: dict[str, str] = {}
     for plugin in profile.pre_bind:
+        if plugin.name in decision.quiet:
+            continue
         try:
             result = plugin.pre_bind(state, pod, table, row)
         except Exception as err:

@@ -46,6 +46,19 @@ plugin rebuilds whatever per-node state it keeps (aligned to ``table.index``) an
 True when something changed that may let unschedulable pods fit (they are then retried).
 Its Reserve/Unreserve keep that state in step with the pods placed during the pass.
 
+Two optional class attributes let the cycle do less per pod without changing an answer:
+
+- ``scores_bounded = True``: the plugin's Score (after its normalize) lies in
+  ``0..MAX_NODE_SCORE`` by construction, so the cycle does not check the range of every
+  answer (it does for any other plugin, and fails the attempt naming the plugin);
+- ``pre_filter_skip_is_final = True``: when the plugin's PreFilter answers Skip for a pod,
+  the plugin has nothing to do for that pod at any later point (its Filter accepts every
+  node, PreScore skips, Score gives every node 0, Reserve succeeds and holds nothing, Permit
+  allows, PreBind adds nothing), so the cycle calls none of them for the pod.
+
+A Score plugin with no opinion on a pod returns :func:`zero_scores` (shared, read-only): the
+cycle neither checks nor adds it.
+
 Adding a plugin: a module under ``controller/scheduler/plugins/`` (or its own package) with
 a class that has ``name`` and ``__init__(self, args)``, an ``Args`` subclass of
 :class:`PluginArgs` holding its defaults (or :class:`NoArgs`), the methods of the points it
@@ -104,6 +117,8 @@ __all__ = [
     "TimedPlugin",
     "WaitingPermitPlugin",
     "default_normalize",
+    "is_zero_scores",
+    "zero_scores",
 ]
 
 #: The highest score a plugin may give a node (kube-scheduler's ``MaxNodeScore``).
@@ -416,6 +431,29 @@ class PreBindPlugin(Plugin, Protocol):
 @runtime_checkable
 class BindPlugin(Plugin, Protocol):
     def bind(self, state: CycleState, pod: PodInfo, table: NodeTable, row: int) -> Status: ...
+
+
+#: Shared read-only all-0 score arrays by length (see :func:`zero_scores`).
+_ZEROS: dict[int, Scores] = {}
+_ZEROS_KEPT = 64
+
+
+def zero_scores(count: int) -> Scores:
+    """A shared, read-only array of ``count`` zeros: what a Score plugin with no opinion on
+    the pod returns. The cycle recognizes it (:func:`is_zero_scores`) and adds nothing."""
+    zeros = _ZEROS.get(count)
+    if zeros is None:
+        if len(_ZEROS) >= _ZEROS_KEPT:
+            _ZEROS.clear()
+        zeros = np.zeros(count, dtype=np.int64)
+        zeros.flags.writeable = False
+        _ZEROS[count] = zeros
+    return zeros
+
+
+def is_zero_scores(scores: Scores) -> bool:
+    """``scores`` is the shared array :func:`zero_scores` gives for its length."""
+    return _ZEROS.get(len(scores)) is scores
 
 
 def default_normalize(scores: Scores, *, reverse: bool = False) -> Scores:

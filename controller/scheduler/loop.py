@@ -14,8 +14,13 @@ Each pass (:meth:`SchedulerLoop.reconcile`):
    a pending pod whose spec, labels or annotations changed is released too;
    Plugins that keep cluster state of their own (``ClusterStatePlugin``) sync from the
    snapshot here, and may release the unschedulable pods too;
-3. schedules every active pod, in queue order, each against the table as the previous ones
-   left it (every placement is assumed at once). Pending pods nominated to a node by an
+3. schedules the active pods, in queue order, each against the table as the previous ones
+   left it (every placement is assumed at once): at most ``max_attempts`` of them
+   (:data:`MAX_ATTEMPTS_PER_PASS` by default), so that one pass over a large backlog does
+   not hold the event loop for seconds; the rest stay active and the pass returns a wait of
+   0, so the runner comes back at once (``koordpy simulate`` repeats passes at the same
+   instant while they change the store). The bound is a count, not a time, so a run is
+   reproducible. Pending pods nominated to a node by an
    earlier preemption hold their room there for pods of no higher priority. A pod a Permit
    plugin answers Wait for (a gang member) stays assumed on its node and in flight; before
    and after the attempts the loop asks each ``WaitingPermitPlugin`` which waiting pods are
@@ -93,7 +98,13 @@ from controller.store import Store
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
 
-__all__ = ["POD_SCHEDULED", "SchedulerLoop", "bound_pod", "unschedulable_pod"]
+__all__ = [
+    "MAX_ATTEMPTS_PER_PASS",
+    "POD_SCHEDULED",
+    "SchedulerLoop",
+    "bound_pod",
+    "unschedulable_pod",
+]
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +115,9 @@ FAILED_SCHEDULING = "FailedScheduling"
 PREEMPTED = "Preempted"
 
 NodeSignature = tuple[object, ...]
+
+#: Scheduling attempts per pass, by default (a few tenths of a second of work at most).
+MAX_ATTEMPTS_PER_PASS = 1000
 
 
 def _scheduled_condition(pod: Pod) -> Condition | None:
@@ -245,7 +259,12 @@ class SchedulerLoop:
         profiles: Sequence[Profile] | None = None,
         *,
         metrics: SchedulerMetrics | None = None,
+        max_attempts: int | None = MAX_ATTEMPTS_PER_PASS,
     ) -> None:
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        #: Attempts per pass (None: every active pod).
+        self._max_attempts = max_attempts
         self._profiles = tuple(profiles) if profiles is not None else (default_profile(),)
         self._by_scheduler = profiles_by_scheduler(self._profiles)
         stateful: dict[int, fw.ClusterStatePlugin] = {}
@@ -408,7 +427,7 @@ class SchedulerLoop:
         preempted: list[tuple[Pod, str, tuple[Pod, ...]]] = []
         errors.extend(self._settle_waiting(binds))
         nominations = _Nominations(self._table, self._nominated_pods())
-        for entry in self._queue.pop_ready():
+        for entry in self._queue.pop_ready(self._max_attempts):
             pod = entry.pod
             nominations.before(entry)
             profile = self._by_scheduler[pod.spec.scheduler_name or DEFAULT_SCHEDULER]

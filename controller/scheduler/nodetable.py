@@ -14,9 +14,9 @@ units). Arrays:
 - ``nonzero_requested`` [N, 2]: cpu and memory requested with kube-scheduler's defaults for a
   pod that requests none (100m, 200Mi), which scoring uses so empty pods still spread;
 - ``pod_count`` [N] (a node whose allocatable names no ``pods`` takes any number);
-- derived and kept in step: ``free`` (``allocatable - requested``), ``free_pods``, and
+- derived and kept in step: ``free`` (``allocatable - requested``), ``free_pods``,
   ``nonzero_free`` (cpu/memory ``allocatable - nonzero_requested``, float64 for fast exact
-  scoring).
+  scoring) and ``nonzero_free_pct`` (the same times 100, a score's numerator).
 
 Per-node attributes the non-resource plugins read are grouped: nodes with the same labels
 share a ``label_group`` (``label_sets[g]`` are those labels), nodes with the same taints a
@@ -48,6 +48,7 @@ __all__ = [
     "NodeTable",
     "Placed",
     "is_assigned",
+    "request_layout",
     "request_vector",
 ]
 
@@ -58,6 +59,9 @@ CPU, MEMORY, EPHEMERAL_STORAGE, PODS = 0, 1, 2, 3
 #: kube-scheduler's stand-ins, for scoring only, for a pod that requests no cpu / memory.
 DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+#: The scale of ``nonzero_free_pct`` (the framework's ``MAX_NODE_SCORE``).
+PERCENT = 100
 
 #: The pod slots of a node whose allocatable names no ``pods``.
 UNLIMITED_PODS = 1 << 40
@@ -93,6 +97,20 @@ def request_vector(
         elif column != PODS:
             vector[column] = amount
     return vector, tuple(sorted(missing))
+
+
+def request_layout(
+    amounts: Mapping[str, int], columns: Mapping[str, int]
+) -> tuple[Vector, tuple[str, ...], tuple[tuple[int, int], ...]]:
+    """:func:`request_vector`, plus the (column, amount) pairs of the positive amounts in
+    column order (what a fit check walks)."""
+    vector, missing = request_vector(amounts, columns)
+    demands = sorted(
+        (column, amount)
+        for name, amount in amounts.items()
+        if amount and (column := columns.get(name)) is not None and column != PODS
+    )
+    return vector, missing, tuple(demands)
 
 
 def nonzero_pair(amounts: Mapping[str, int]) -> tuple[int, int]:
@@ -201,6 +219,9 @@ class NodeTable:
         self.nonzero_free: NDArray[np.float64] = self.allocatable[:, :2].astype(
             np.float64, order="F"
         )
+        #: ``nonzero_free * MAX_NODE_SCORE`` (100), also float64 and exact: the numerator of
+        #: a LeastAllocated score, kept so scoring needs no multiplication per pod.
+        self.nonzero_free_pct: NDArray[np.float64] = self.nonzero_free * float(PERCENT)
         #: ``divisor`` as float64.
         self.divisor_f: NDArray[np.float64] = self.divisor.astype(np.float64, order="F")
         self.unschedulable: NDArray[np.bool_] = np.array(
@@ -249,6 +270,8 @@ class NodeTable:
         self.nonzero_requested[row, 1] += sign * memory
         self.nonzero_free[row, 0] -= sign * cpu
         self.nonzero_free[row, 1] -= sign * memory
+        self.nonzero_free_pct[row, 0] -= sign * PERCENT * cpu
+        self.nonzero_free_pct[row, 1] -= sign * PERCENT * memory
         self.pod_count[row] += sign
         before = int(self.free_pods[row])
         self.free_pods[row] = before - sign

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from apis.core import NodeSelector, Pod, PreferredSchedulingTerm, Toleration, pod_requests
 from apis.qos import scheduling_priority
 from apis.resources import ResourceList
-from controller.scheduler.nodetable import NodeTable, nonzero_pair, request_vector
+from controller.scheduler.nodetable import NodeTable, nonzero_pair, request_layout
 
 __all__ = ["PodInfo", "pod_key"]
 
@@ -53,6 +53,8 @@ class PodInfo:
     node_selector: Mapping[str, str]
     required_affinity: NodeSelector | None
     preferred_affinity: tuple[PreferredSchedulingTerm, ...]
+    #: (column, amount) of every positive amount of ``vector``, in column order.
+    demands: tuple[tuple[int, int], ...] = ()
 
     @property
     def name(self) -> str:
@@ -67,7 +69,7 @@ class PodInfo:
     def of(cls, pod: Pod, table: NodeTable, *, priority: int | None = None) -> PodInfo:
         """``pod`` laid out over ``table``'s columns; ``priority`` when already known."""
         requests = pod_requests(pod)
-        vector, missing = request_vector(requests, table.columns)
+        vector, missing, demands = request_layout(requests, table.columns)
         affinity = pod.spec.affinity.node_affinity if pod.spec.affinity else None
         key = pod_key(pod)
         return cls(
@@ -88,4 +90,5 @@ class PodInfo:
             preferred_affinity=(
                 affinity.preferred_during_scheduling_ignored_during_execution if affinity else ()
             ),
+            demands=demands,
         )

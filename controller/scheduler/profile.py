@@ -210,6 +210,8 @@ class ScoreEntry:
     weight: int
     #: The plugin also normalizes (looked up once here, not per pod).
     normalizer: fw.NormalizeScorePlugin | None
+    #: Its answers are checked against ``0..MAX_NODE_SCORE`` (not ``scores_bounded``).
+    checked: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +233,9 @@ class Profile:
     plugins: Mapping[str, fw.Plugin]
     #: The PreFilter plugins that also name nodes to try first (``PreferNodesPlugin``).
     prefer_nodes: tuple[fw.PreferNodesPlugin, ...] = ()
+    #: PreFilter plugins whose Skip ends their part in the pod's cycle
+    #: (``pre_filter_skip_is_final``).
+    final_skips: frozenset[str] = frozenset()
 
     @property
     def scheduler_names(self) -> tuple[str, ...]:
@@ -300,12 +305,24 @@ def build_profile(
     def pick(point: str) -> tuple[Any, ...]:
         return tuple(instances[name] for name in points[point])
 
+    final_skips = frozenset(
+        name
+        for name in points["preFilter"]
+        if getattr(instances[name], "pre_filter_skip_is_final", False)
+    )
     scores = []
     for weighted in config.score:
         plugin = instances[weighted.name]
         assert isinstance(plugin, fw.ScorePlugin)
         normalizer = plugin if isinstance(plugin, fw.NormalizeScorePlugin) else None
-        scores.append(ScoreEntry(plugin, weighted.weight, normalizer))
+        scores.append(
+            ScoreEntry(
+                plugin,
+                weighted.weight,
+                normalizer,
+                checked=not getattr(plugin, "scores_bounded", False),
+            )
+        )
     return Profile(
         scheduler_name=config.scheduler_name,
         aliases=config.aliases,
@@ -320,6 +337,7 @@ def build_profile(
         bind=pick("bind"),
         plugins=instances,
         prefer_nodes=tuple(p for p in pick("preFilter") if isinstance(p, fw.PreferNodesPlugin)),
+        final_skips=final_skips,
     )
 
 

@@ -118,12 +118,19 @@ class SchedulingQueue:
 
     # -- attempts --------------------------------------------------------------------------
 
-    def pop_ready(self) -> list[QueuedPod]:
-        """Every active pod (after moving the due ones there), in order; now in flight."""
+    def pop_ready(self, limit: int | None = None) -> list[QueuedPod]:
+        """Every active pod (after moving the due ones there), in order; now in flight.
+
+        ``limit``: at most that many, the first in order; the others stay active (and
+        :meth:`next_wake` then answers 0).
+        """
         now = self._clock()
         self._flush(now)
         ready = [e for e in self._entries.values() if e.where is Where.ACTIVE]
-        ready.sort(key=lambda e: e.order)
+        if limit is not None and limit < len(ready):
+            ready = heapq.nsmallest(max(limit, 0), ready, key=lambda e: e.order)
+        else:
+            ready.sort(key=lambda e: e.order)
         for entry in ready:
             entry.where = Where.IN_FLIGHT
             entry.attempts += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass, field
 
 import pytest
@@ -82,6 +83,49 @@ async def test_runs_again_when_the_loop_asks() -> None:
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+@dataclass
+class Backlogged:
+    """Has ``left`` passes of work; each pass writes (as a scheduler's bindings do) and asks to
+    run again at once until the work is done."""
+
+    left: int
+    name: str = "backlogged"
+    others_ran: list[int] = field(default_factory=list)
+    ticks: list[int] = field(default_factory=lambda: [0])
+
+    def reconcile(self, ctx: LoopContext) -> float | None:
+        self.others_ran.append(self.ticks[0])
+        if self.left == 0:
+            return None
+        self.left -= 1
+        ctx.store.create(Node(metadata=ObjectMeta(name=f"n{self.left}")))
+        return 0.0
+
+
+async def test_a_loop_with_more_to_do_lets_other_tasks_run_between_passes() -> None:
+    loop = Backlogged(left=5)
+
+    async def other_task() -> None:
+        while True:
+            loop.ticks[0] += 1
+            await asyncio.sleep(0)
+
+    async with Store() as store:
+        runner = LoopRunner(store, [loop], idle_interval=3600)
+        other = asyncio.create_task(other_task(), name="other")
+        task = asyncio.create_task(runner.run(), name="runner")
+        try:
+            async with asyncio.timeout(10):
+                while len(loop.others_ran) < 6:  # noqa: ASYNC110 - counting passes
+                    await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+            other.cancel()
+            await asyncio.gather(task, other, return_exceptions=True)
+    seen = loop.others_ran
+    assert all(later > earlier for earlier, later in itertools.pairwise(seen)), seen
 
 
 def test_build_loops_checks_the_protocol() -> None:

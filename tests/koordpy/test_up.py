@@ -98,7 +98,7 @@ def _pod(index: int) -> Pod:
                         requests=ResourceList({"cpu": 100, "memory": 64 << 20})
                     ),
                 ),
-            )
+            ),
         ),
     )
 

@@ -153,6 +153,8 @@ class Coscheduling:
     # -- Permit -------------------------------------------------------------------------------
 
     def permit(self, state: fw.CycleState, pod: PodInfo, table: NodeTable, row: int) -> fw.Status:
+        if gangs.gang_ref(pod.pod) is None:
+            return fw.SUCCESS  # allowed alone: nothing to record
         self._book, decision = gangs.permit(self._book, pod.pod, self._now)
         if isinstance(decision, gangs.Allow):
             others = set(decision.pods) - {gangs.pod_key(pod.pod)}

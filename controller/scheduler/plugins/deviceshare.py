@@ -101,6 +101,10 @@ _DEVICE_ANNOTATIONS: Final = frozenset(
 )
 
 Grid = NDArray[np.int64]
+#: Amounts below this, times 100 (and plus a request of the same size), are exact in float64.
+_EXACT_LIMIT: Final = 2**50 // 100
+#: PreFilter answers remembered before the memo starts afresh.
+_MEMO_LIMIT: Final = 4096
 _REGISTRY: Final = default_registry()
 
 
@@ -158,10 +162,18 @@ class _Fixed:
     scored: tuple[tuple[str, int, Grid, Grid], ...]
     #: Per row, the weights of the resources it has (at least 1, a divisor).
     weight_sums: Grid
-
-    @property
-    def scored_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _, _, _ in self.scored)
+    #: The names of ``scored``.
+    scored_names: tuple[str, ...]
+    #: ``scored``'s divisors and ``weight_sums`` as float64, and whether float64 holds every
+    #: amount the score multiplies by 100 exactly (then it scores in floats, much faster
+    #: than numpy's integer division, with the same floors).
+    divisors_f: tuple[NDArray[np.float64], ...]
+    weight_sums_f: NDArray[np.float64]
+    exact_in_floats: bool
+    #: Some row has no GPU; every GPU row is quick for whole cards / for shares.
+    any_no_gpu: bool
+    all_quick_whole: bool
+    all_quick_share: bool
 
 
 class _Arrays:
@@ -189,6 +201,8 @@ class _Arrays:
         #: Rows whose model may not be shared (``gpuShareUnsupportedModels``).
         self.no_share: NDArray[np.bool_] = np.zeros(rows, np.bool_)
         self._converted: dict[tuple[str, int, bool], Grid] = {}
+        #: id of a grid in ``_converted`` -> its largest amount.
+        self._peaks: dict[int, int] = {}
         self._fixed: _Fixed | None = None
         #: Per row, its GPUs in column order: (minor, id, NUMA node, PCIe switch).
         self.cards: list[tuple[tuple[int, str, int, str], ...]] = [()] * rows
@@ -206,12 +220,23 @@ class _Arrays:
                 if capacity.any():
                     scored.append((name, weight, capacity, np.maximum(capacity, 1)))
                     weight_sums += np.where(capacity > 0, weight, 0)
+            quick_whole = has_gpu & self.plain
+            quick_share = quick_whole & ~self.no_share
             self._fixed = _Fixed(
                 no_gpu=~has_gpu,
-                quick_whole=has_gpu & self.plain,
-                quick_share=has_gpu & self.plain & ~self.no_share,
+                quick_whole=quick_whole,
+                quick_share=quick_share,
                 scored=tuple(scored),
                 weight_sums=np.maximum(weight_sums, 1),
+                scored_names=tuple(name for name, _, _, _ in scored),
+                divisors_f=tuple(divisor.astype(np.float64) for _, _, _, divisor in scored),
+                weight_sums_f=np.maximum(weight_sums, 1).astype(np.float64),
+                exact_in_floats=all(
+                    int(capacity.max(initial=0)) < _EXACT_LIMIT for _, _, capacity, _ in scored
+                ),
+                any_no_gpu=not bool(has_gpu.all()),
+                all_quick_whole=bool((quick_whole == has_gpu).all()),
+                all_quick_share=bool((quick_share == has_gpu).all()),
             )
         return self._fixed
 
@@ -227,10 +252,17 @@ class _Arrays:
             else:
                 grid = np.where(memory > 0, amount * 100 // np.maximum(memory, 1), 0)
             self._converted[key] = grid
+            self._peaks[id(grid)] = int(grid.max(initial=0))
         return grid
+
+    def peak(self, grid: Grid) -> int:
+        """The largest amount of a grid :meth:`converted` gave."""
+        peak = self._peaks.get(id(grid))
+        return int(grid.max(initial=0)) if peak is None else peak
 
     def fill(self, row: int, state: NodeDeviceState, args: DeviceShareArgs) -> None:
         self._converted.clear()
+        self._peaks.clear()
         self._fixed = None
         gpus = state.of_type(k.DEVICE_TYPE_GPU)
         names = self.names
@@ -277,7 +309,7 @@ class _Arrays:
         for device in allocation.of(k.DEVICE_TYPE_GPU):
             column = columns[device.minor]
             for name in self.names:
-                amount = device.resources.get(name, 0)
+                amount = device.resources.get_amount(name)
                 if amount:
                     self.free[name][row, column] -= amount
                     self.free_sum[name][row] -= amount
@@ -322,6 +354,9 @@ class DeviceShare:
     """The ``DeviceShare`` plugin; see the module docstring."""
 
     name = NAME
+    #: PreFilter Skip: the pod asks for no device; nothing to filter, score, allocate or
+    #: write for it (see the framework).
+    pre_filter_skip_is_final = True
 
     def __init__(self, args: DeviceSharePluginArgs) -> None:
         self.args = args
@@ -345,6 +380,8 @@ class DeviceShare:
         self._pod_view: tuple[object, ...] | None = None
         self._names_view: tuple[str, ...] | None = None
         self._arrays = _Arrays(0, 0, self._names)
+        #: A pod's requests -> PreFilter's answer, for pods whose requests say it all.
+        self._prepared: dict[ResourceList, _PodRequest | Rejection] = {}
 
     # -- cluster state ------------------------------------------------------------------------
 
@@ -468,16 +505,34 @@ class DeviceShare:
             # Most pods: nothing for the core to read (it would answer an empty request).
             state.write(NAME, _NOTHING)
             return fw.SKIP
-        request = prepare(pod.pod, args=self.args, templates=self._templates)
-        if isinstance(request, Rejection):
-            state.write(NAME, request)
-            return fw.Status(_code(request), (request.reason,), NAME)
-        if request.empty:
-            state.write(NAME, _NOTHING)
+        # Without device annotations or an isolation provider the core reads nothing of the
+        # pod but its requests: pods asking the same get the same answer.
+        memo_key = (
+            pod.requests
+            if _DEVICE_ANNOTATIONS.isdisjoint(pod.pod.annotations)
+            and k.LABEL_GPU_ISOLATION_PROVIDER not in pod.pod.labels
+            else None
+        )
+        answer = self._prepared.get(memo_key) if memo_key is not None else None
+        if answer is None:
+            request = prepare(pod.pod, args=self.args, templates=self._templates)
+            if isinstance(request, Rejection):
+                answer = request
+            elif request.empty:
+                answer = _NOTHING
+            else:
+                answer = self._classify(request)
+            if memo_key is not None:
+                if len(self._prepared) >= _MEMO_LIMIT:
+                    self._prepared.clear()
+                self._prepared[memo_key] = answer
+        state.write(NAME, answer)
+        if isinstance(answer, Rejection):
+            return fw.Status(_code(answer), (answer.reason,), NAME)
+        if answer is _NOTHING:
             return fw.SKIP
         if table.names is not self._names_view:  # the node set changed since the last sync
             self._align(table)
-        state.write(NAME, self._classify(request))
         return fw.SUCCESS
 
     def _wanted(
@@ -537,19 +592,28 @@ class DeviceShare:
         failed: dict[tuple[str, fw.Code], fw.Mask] = {}
         live = candidates
         gpu = wanted.request.gpu
-        if gpu is not None:
+        if gpu is not None and fixed.any_no_gpu:
             bare = candidates & fixed.no_gpu
             if bare.any():
                 failed[(_NO_GPU, fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE)] = bare
                 live = candidates & ~fixed.no_gpu
-        slow = live
+        slow: fw.Mask | None = live
         if wanted.plain and gpu is not None:
             quick = fixed.quick_share if gpu.shared else fixed.quick_whole
-            short = live & quick & ~self._enough(wanted)
+            # ``live`` holds GPU rows only when some row has none; ``quick`` is those rows
+            # (all of them, when every GPU row is quick).
+            every_quick = fixed.all_quick_share if gpu.shared else fixed.all_quick_whole
+            short = self._enough(wanted)
+            np.logical_not(short, out=short)
+            short &= (
+                live
+                if every_quick and (live is not candidates or not fixed.any_no_gpu)
+                else live & quick
+            )
             if short.any():
                 failed[(_NO_GPU, fw.Code.UNSCHEDULABLE)] = short
-            slow = live & ~quick
-        for row in np.flatnonzero(slow):
+            slow = None if every_quick else live & ~quick
+        for row in np.flatnonzero(slow) if slow is not None else ():
             answer = allocate(
                 wanted.request,
                 self.state(table.names[row]),
@@ -611,7 +675,7 @@ class DeviceShare:
     ) -> fw.Scores:
         wanted = self._wanted(state, pod, table)
         if not isinstance(wanted, _PodRequest):
-            return np.zeros(len(feasible), np.int64)
+            return fw.zero_scores(len(feasible))
         if not wanted.plain:
             return np.array(
                 [
@@ -623,6 +687,9 @@ class DeviceShare:
         arrays = self._arrays
         fixed = arrays.fixed(self._weights)
         wants = self._wants(wanted, first=True)
+        if fixed.exact_in_floats and self._within_exact(wants):
+            scores = self._plain_scores_in_floats(fixed, wants)
+            return scores if len(feasible) == len(table) else scores[feasible]
         total: Grid | None = None
         for name, weight, capacity, divisor in fixed.scored:
             free = arrays.free_sum[name]
@@ -638,6 +705,42 @@ class DeviceShare:
             return np.zeros(len(feasible), np.int64)
         scores = total // fixed.weight_sums
         return scores if len(feasible) == len(table) else scores[feasible]
+
+    def _within_exact(self, wants: Mapping[str, Grid | int]) -> bool:
+        return all(
+            (self._arrays.peak(want) if isinstance(want, np.ndarray) else want) < _EXACT_LIMIT
+            for want in wants.values()
+        )
+
+    def _plain_scores_in_floats(self, fixed: _Fixed, wants: Mapping[str, Grid | int]) -> Grid:
+        """The integer path's scores for every row, computed in float64: every amount is
+        an integer below 2**50, so each product, difference and sum is exact and each
+        floor of a quotient equals the integer division's."""
+        arrays = self._arrays
+        total: NDArray[np.float64] | None = None
+        for (name, weight, capacity, _), divisor in zip(
+            fixed.scored, fixed.divisors_f, strict=True
+        ):
+            free = arrays.free_sum[name]
+            want = wants.get(name, 0)
+            if self._most:
+                value = np.minimum(capacity - free + want, capacity).astype(np.float64)
+            else:
+                value = np.subtract(free, want, dtype=np.float64)
+                np.maximum(value, 0.0, out=value)
+            value *= 100.0
+            value /= divisor
+            np.floor(value, out=value)
+            if weight != 1:
+                value *= weight
+            if total is None:
+                total = value
+            else:
+                total += value
+        if total is None:
+            return np.zeros(len(arrays.gpus), np.int64)
+        total /= fixed.weight_sums_f
+        return np.floor(total, out=total).astype(np.int64)
 
     def normalize(self, state: fw.CycleState, pod: PodInfo, scores: fw.Scores) -> fw.Scores:
         return fw.default_normalize(scores)
@@ -692,13 +795,51 @@ class DeviceShare:
         capacity = {name: arrays.capacity[name][row].tolist() for name in names}
         fitting: list[tuple[int, int]] = []  # (-score, column)
         wants: dict[int, dict[str, int]] = {}
+        # Cards of one size want the same: per card memory, the demand as (free amounts,
+        # amount) pairs and the score's terms (weight, capacities, free amounts, demand)
+        # over the weighted resources the cards may have, in the weights' order.
+        plans: dict[
+            int,
+            tuple[
+                dict[str, int],
+                list[tuple[list[int], int]],
+                list[tuple[int, list[int], list[int], int]],
+            ],
+        ] = {}
+        most = self._most
         for column, ok in enumerate(healthy):
             if not ok:
                 continue
-            want = wants[column] = _demand(per, memory[column])
-            if any(free[name][column] < amount for name, amount in want.items()):
+            plan = plans.get(memory[column])
+            if plan is None:
+                want = _demand(per, memory[column])
+                plan = plans[memory[column]] = (
+                    want,
+                    [(free[name], amount) for name, amount in want.items()],
+                    [
+                        (weight, capacity[name], free[name], want.get(name, 0))
+                        for name, weight in self._weights.items()
+                        if name in capacity
+                    ],
+                )
+            want, checks, terms = plan
+            wants[column] = want
+            if any(frees[column] < amount for frees, amount in checks):
                 continue
-            fitting.append((-self._card_score(capacity, free, want, column), column))
+            # The core's ``device_score`` of the card.
+            score = weight_sum = 0
+            for weight, capacities, frees, extra in terms:
+                total = capacities[column]
+                if total <= 0:
+                    continue
+                requested = total - frees[column] + extra
+                if most:
+                    value = min(requested, total) * 100 // total
+                else:
+                    value = 0 if requested > total else (total - requested) * 100 // total
+                score += value * weight
+                weight_sum += weight
+            fitting.append((-(score // weight_sum if weight_sum else 0), column))
         if len(fitting) < gpu.count:
             return None
         cards = arrays.cards[row]
@@ -725,31 +866,6 @@ class DeviceShare:
             for column in picked
         )
         return Allocation({k.DEVICE_TYPE_GPU: devices})
-
-    def _card_score(
-        self,
-        capacity: Mapping[str, list[int]],
-        free: Mapping[str, list[int]],
-        want: Mapping[str, int],
-        column: int,
-    ) -> int:
-        """The core's ``device_score`` of one card, from the row's lists."""
-        score = weight_sum = 0
-        for name, weight in self._weights.items():
-            amounts = capacity.get(name)
-            if amounts is None:
-                continue  # no card anywhere has it
-            total = amounts[column]
-            if total <= 0:
-                continue
-            requested = total - free[name][column] + want.get(name, 0)
-            if self._most:
-                value = min(requested, total) * 100 // total
-            else:
-                value = 0 if requested > total else (total - requested) * 100 // total
-            score += value * weight
-            weight_sum += weight
-        return score // weight_sum if weight_sum else 0
 
     def _charge(
         self, node: str, row: int, uid: str, allocation: Allocation, *, quick: bool = False

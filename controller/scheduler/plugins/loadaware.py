@@ -23,8 +23,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
-import numpy as np
-
 from apis.core import Node, Pod
 from apis.kinds import default_registry
 from apis.slo import NodeMetric
@@ -196,10 +194,13 @@ class LoadAwareScheduling:
             self._records.pop(name, None)
             self.loads.clear_row(row)
             return
+        metric = self._metrics.get(name)
+        # Without a NodeMetric the row passes and scores 0 whatever its pods: their loads
+        # are not worked out until a NodeMetric comes (which rebuilds the node).
         record = build_node_load(
             node,
-            self._metrics.get(name),
-            self._by_node.get(name, {}).values(),
+            metric,
+            self._by_node.get(name, {}).values() if metric is not None else (),
             args=self.args,
             resources=self.resources,
             now=self._now,
@@ -252,7 +253,7 @@ class LoadAwareScheduling:
         self, state: fw.CycleState, pod: PodInfo, table: NodeTable, feasible: fw.Rows
     ) -> fw.Scores:
         if not self._any_metric or not self._aligned(table):
-            return np.zeros(len(feasible), dtype=np.int64)
+            return fw.zero_scores(len(feasible))
         demand = self._demand(state, pod)
         return score_rows(self.loads, feasible, demand, args=self.args, now=self._now)
 

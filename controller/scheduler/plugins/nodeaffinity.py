@@ -141,14 +141,31 @@ class NodeAffinity:
                 return 0
             return int(required is None or selector_matches(required, labels, name))
 
-        rows = np.flatnonzero(candidates)
-        ok = _per_row(table, rows, pod, fits).astype(np.bool_)
-        if ok.all():
+        if _per_node(pod):
+            rows = np.flatnonzero(candidates)
+            ok = _per_row(table, rows, pod, fits).astype(np.bool_)
+            if ok.all():
+                return fw.FilterResult(candidates)
+            passed = np.zeros_like(candidates)
+            passed[rows[ok]] = True
+            rejection = fw.Rejection(MISMATCH, fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE, rows[~ok])
+            return fw.FilterResult(passed, (rejection,))
+        # Once per label group, then one mask over every row.
+        per_group = np.fromiter(
+            (bool(fits(labels, "")) for labels in table.label_sets),
+            dtype=np.bool_,
+            count=len(table.label_sets),
+        )
+        if per_group.all():
             return fw.FilterResult(candidates)
-        passed = np.zeros_like(candidates)
-        passed[rows[ok]] = True
-        rejection = fw.Rejection(MISMATCH, fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE, rows[~ok])
-        return fw.FilterResult(passed, (rejection,))
+        mismatched = ~per_group[table.label_group]
+        mismatched &= candidates
+        if not np.count_nonzero(mismatched):
+            return fw.FilterResult(candidates)
+        rejection = fw.Rejection(
+            MISMATCH, fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE, np.flatnonzero(mismatched)
+        )
+        return fw.FilterResult(candidates & ~mismatched, (rejection,))
 
     def pre_score(
         self, state: fw.CycleState, pod: PodInfo, table: NodeTable, feasible: fw.Rows

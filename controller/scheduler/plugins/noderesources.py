@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 
 from apis import constants as k
 from controller.scheduler import framework as fw
-from controller.scheduler.nodetable import FIRST_COLUMNS, MEMORY, NodeTable
+from controller.scheduler.nodetable import FIRST_COLUMNS, MEMORY, PERCENT, NodeTable
 from controller.scheduler.podinfo import PodInfo
 
 __all__ = ["NodeResourcesFit", "NodeResourcesFitArgs", "ResourceWeight", "ScoringStrategy"]
@@ -84,6 +84,8 @@ class NodeResourcesFit:
     """Filter and Score; see the module docstring."""
 
     name = NAME
+    #: Score: a weighted mean of per-resource scores of 0..100 (see the framework).
+    scores_bounded = True
 
     def __init__(self, args: NodeResourcesFitArgs) -> None:
         self.args = args
@@ -127,12 +129,12 @@ class NodeResourcesFit:
                 fw.Rejection(insufficient(name), fw.Code.UNSCHEDULABLE, rows) for name in missing
             )
             return fw.FilterResult(np.zeros_like(candidates), tuple(rejections))
-        vector = pod.vector
-        for column in np.flatnonzero(vector).tolist():
-            name = table.column_names[column]
-            if not self._checked(name):
+        names = table.column_names
+        for column, amount in pod.demands:
+            name = names[column]
+            if column > MEMORY and not self._checked(name):
                 continue
-            over = table.free[:, column] < vector[column]
+            over = table.free[:, column] < amount
             if not np.count_nonzero(over):
                 continue
             over &= candidates
@@ -167,10 +169,13 @@ class NodeResourcesFit:
         # take the feasible ones, cheaper than gathering each column first. The arithmetic
         # is float64 true division then floor, which equals integer division exactly while
         # amounts * 100 stay below 2**53 (memory below ~90 TB per node).
+        plan = self._plan(table)
+        if not self._most and _cpu_memory_only(plan, table):
+            return self._least_cpu_memory(pod, table, feasible, plan)
         total: NDArray[np.float64] | None = None
         weights: NDArray[np.int64] | int = 0
         vector = pod.vector
-        for column, weight, extended in self._plan(table):
+        for column, weight, extended in plan:
             if column <= MEMORY:  # cpu and memory: columns 0 and 1, as in nonzero_free
                 free = table.nonzero_free[:, column] - float(pod.nonzero[column])
             elif extended and not vector[column]:
@@ -204,3 +209,46 @@ class NodeResourcesFit:
         wsum = weights[feasible]
         means = np.floor(picked / np.maximum(wsum, 1)).astype(np.int64)
         return np.where(wsum > 0, means, 0)
+
+    def _least_cpu_memory(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        feasible: fw.Rows,
+        plan: tuple[tuple[int, int, bool], ...],
+    ) -> fw.Scores:
+        """LeastAllocated over exactly cpu and memory, every node having both: the general
+        path's values on both columns at once. ``nonzero_free_pct`` is the free amount
+        already times 100 (exact), so ``(free - request) * 100 / allocatable`` is a
+        subtraction and a division; truncation equals floor once negatives are clipped to
+        0, and for non-negative integers a right shift is the floor of a halving."""
+        cpu, memory = pod.nonzero
+        ratio = table.nonzero_free_pct - np.array(
+            (PERCENT * cpu, PERCENT * memory), dtype=np.float64
+        )
+        ratio /= table.divisor_f[:, :2]
+        np.maximum(ratio, 0.0, out=ratio)
+        per_resource = ratio.astype(np.int64)
+        (_, cpu_weight, _), (_, memory_weight, _) = plan
+        if cpu_weight != 1:
+            per_resource[:, 0] *= cpu_weight
+        if memory_weight != 1:
+            per_resource[:, 1] *= memory_weight
+        total = per_resource[:, 0] + per_resource[:, 1]
+        picked = total if len(feasible) == len(table) else total[feasible]
+        weights = cpu_weight + memory_weight
+        if weights & (weights - 1) == 0:  # a power of two
+            picked >>= weights.bit_length() - 1
+            return picked
+        return picked // weights
+
+
+def _cpu_memory_only(plan: tuple[tuple[int, int, bool], ...], table: NodeTable) -> bool:
+    """The plan scores cpu then memory and nothing else, and every node has both."""
+    return (
+        len(plan) == 2
+        and plan[0][0] == 0
+        and plan[1][0] == MEMORY
+        and table.everywhere[0]
+        and table.everywhere[MEMORY]
+    )

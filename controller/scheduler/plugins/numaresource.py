@@ -101,6 +101,11 @@ class NodeNUMAResource:
     """See the module docstring."""
 
     name = NAME
+    #: Score: a weighted mean of per-resource scores of 0..100 (see the framework).
+    scores_bounded = True
+    #: PreFilter Skip: no bind request and no NUMA policy for the pod; nothing to filter,
+    #: score, hold or write for it (see the framework).
+    pre_filter_skip_is_final = True
 
     def __init__(self, args: NodeNUMAResourcePluginArgs) -> None:
         self.args: NodeNUMAResourceArgs = args
@@ -267,7 +272,7 @@ class NodeNUMAResource:
     ) -> fw.Scores:
         pod_state = state.get(NAME, _PodState)
         if pod_state is None or not pod_state.handled:
-            return np.zeros(len(feasible), dtype=np.int64)
+            return fw.zero_scores(len(feasible))
         strategy = self.args.scoring_strategy
         total = np.zeros(len(feasible), dtype=np.int64)
         weights = 0

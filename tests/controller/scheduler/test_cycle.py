@@ -280,3 +280,96 @@ def test_a_pre_filter_node_subset_limits_the_candidates() -> None:
         "0/3 nodes are available: 1 Insufficient cpu,"
         " 2 node(s) didn't satisfy plugin(s) [OnlyNode]."
     )
+
+
+@dataclass
+class Quiet:
+    """A plugin at every point whose PreFilter Skip is final (``pre_filter_skip_is_final``)."""
+
+    name: str = "Quiet"
+    skip: bool = True
+    calls: list[str] = field(default_factory=list)
+    pre_filter_skip_is_final = True
+
+    def pre_filter(self, state: fw.CycleState, pod: PodInfo, table: NodeTable) -> fw.Status:
+        self.calls.append("pre_filter")
+        return fw.SKIP if self.skip else fw.SUCCESS
+
+    def filter(
+        self, state: fw.CycleState, pod: PodInfo, table: NodeTable, candidates: fw.Mask
+    ) -> fw.FilterResult:
+        self.calls.append("filter")
+        return fw.FilterResult(candidates)
+
+    def pre_score(
+        self, state: fw.CycleState, pod: PodInfo, table: NodeTable, feasible: fw.Rows
+    ) -> fw.Status:
+        self.calls.append("pre_score")
+        return fw.SUCCESS
+
+    def score(
+        self, state: fw.CycleState, pod: PodInfo, table: NodeTable, feasible: fw.Rows
+    ) -> fw.Scores:
+        self.calls.append("score")
+        return fw.zero_scores(len(feasible))
+
+    def reserve(self, state: fw.CycleState, pod: PodInfo, table: NodeTable, row: int) -> fw.Status:
+        self.calls.append("reserve")
+        return fw.SUCCESS
+
+    def unreserve(self, state: fw.CycleState, pod: PodInfo, table: NodeTable, row: int) -> None:
+        self.calls.append("unreserve")
+
+    def permit(self, state: fw.CycleState, pod: PodInfo, table: NodeTable, row: int) -> fw.Status:
+        self.calls.append("permit")
+        return fw.SUCCESS
+
+    def pre_bind(
+        self, state: fw.CycleState, pod: PodInfo, table: NodeTable, row: int
+    ) -> fw.PreBindResult:
+        self.calls.append("pre_bind")
+        return fw.PreBindResult()
+
+
+@pytest.mark.parametrize(
+    ("skip", "calls"),
+    [
+        pytest.param(True, ["pre_filter"], id="skipped-at-pre-filter"),
+        pytest.param(
+            False,
+            ["pre_filter", "filter", "pre_score", "score", "reserve", "permit", "pre_bind"],
+            id="taking-part",
+        ),
+    ],
+)
+def test_a_final_pre_filter_skip_leaves_the_plugin_out_of_the_attempt(
+    skip: bool, calls: list[str]
+) -> None:
+    quiet = Quiet(skip=skip)
+    registry = {**PLUGINS, "Quiet": PluginSpec(fw.NoArgs, lambda _args: quiet)}
+    config = ProfileConfig(
+        pre_filter=("Quiet",),
+        filter=("NodeResourcesFit", "Quiet"),
+        pre_score=("Quiet",),
+        score=(WeightedPlugin(name="NodeResourcesFit"), WeightedPlugin(name="Quiet")),
+        reserve=("Quiet",),
+        permit=("Quiet",),
+        pre_bind=("Quiet",),
+    )
+    profile = build_profile(config, registry)
+    assert profile.final_skips == {"Quiet"}
+    table = NodeTable([make_node("a", cpu=2000), make_node("b", cpu=4000)])
+    decision = schedule_one(profile, table, PodInfo.of(make_pod("p", cpu=1000), table))
+    assert decision.node == "b"  # the zero scores change nothing
+    assert prepare_binding(profile, table, decision).status.is_success
+    assert quiet.calls == calls
+
+
+def test_shared_zero_scores_are_read_only_and_recognized() -> None:
+    zeros = fw.zero_scores(4)
+    assert zeros.tolist() == [0, 0, 0, 0]
+    assert fw.zero_scores(4) is zeros
+    assert fw.is_zero_scores(zeros)
+    assert not fw.is_zero_scores(np.zeros(4, dtype=np.int64))
+    with pytest.raises(ValueError, match="read-only"):
+        zeros[0] = 1

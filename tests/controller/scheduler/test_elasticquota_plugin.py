@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apis import constants as k
 from apis.core import Pod
@@ -15,8 +17,13 @@ from apis.quota import ElasticQuota as ElasticQuotaObject
 from apis.quota import ElasticQuotaSpec
 from apis.resources import ResourceList
 from controller.loops import LoopContext
+from controller.quota.args import ElasticQuotaArgs
+from controller.quota.check import check_pod
+from controller.scheduler import framework as fw
 from controller.scheduler.loop import POD_SCHEDULED, SchedulerLoop
+from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.plugins.elasticquota import ElasticQuota
+from controller.scheduler.podinfo import PodInfo
 from controller.scheduler.profile import (
     DEFAULT_CONFIG,
     PluginConfig,
@@ -170,3 +177,49 @@ def test_bad_args_name_the_field() -> None:
     )
     with pytest.raises(ProfileError, match="quotaGroupNamespace"):
         build_profile(config)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    requests=st.lists(
+        st.tuples(st.integers(0, 1500), st.booleans(), st.booleans()), min_size=1, max_size=12
+    ),
+    max_cpu=st.integers(0, 4000),
+    min_cpu=st.integers(0, 2000),
+)
+def test_pre_filter_answers_as_the_quota_check_does(
+    requests: list[tuple[int, bool, bool]], max_cpu: int, min_cpu: int
+) -> None:
+    # Each pod is admitted, or refused with the same words, exactly as the core's check
+    # over the plugin's ledger says; admitted pods are reserved (charged) in turn, and every
+    # third one given back.
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    team = ElasticQuotaObject(
+        metadata=ObjectMeta(name="team", namespace="team"),
+        spec=ElasticQuotaSpec(
+            max=ResourceList({"cpu": max_cpu}), min=ResourceList({"cpu": min_cpu})
+        ),
+    )
+    with Store(clock=lambda: now) as store:
+        store.create(team)
+        snapshot = store.snapshot()
+    table = NodeTable([make_node("n1", cpu=64_000)])
+    plugin = ElasticQuota(ElasticQuotaArgs())
+    plugin.sync(snapshot, table)
+    for i, (cpu, pinned, other_namespace) in enumerate(requests):
+        pod = make_pod(f"p{i}", cpu=cpu, namespace="elsewhere" if other_namespace else "team")
+        if pinned:
+            labels = {k.LABEL_QUOTA_PREEMPTIBLE: "false"}
+            pod = msgspec.structs.replace(
+                pod, metadata=msgspec.structs.replace(pod.metadata, labels=labels)
+            )
+        info = PodInfo.of(pod, table)
+        want = check_pod(pod, index=plugin.index, ledger=plugin.ledger, args=plugin.args)
+        state = fw.CycleState()
+        got = plugin.pre_filter(state, info, table)
+        assert got.is_success == want.admitted
+        assert got.message == want.message
+        if got.is_success:
+            plugin.reserve(state, info, table, 0)
+            if i % 3 == 2:
+                plugin.unreserve(state, info, table, 0)

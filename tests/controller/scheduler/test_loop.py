@@ -20,6 +20,7 @@ from controller.scheduler.loop import POD_SCHEDULED, SchedulerLoop
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
 from controller.scheduler.profile import DEFAULT_CONFIG, PLUGINS, PluginSpec, build_profile
+from controller.scheduler.scheduling_queue import Where
 from controller.simulate import simulate
 from controller.snapshots import Snapshot
 from controller.store import Store
@@ -112,6 +113,68 @@ def test_a_second_pass_changes_nothing(store: Store, clock: Clock) -> None:
     version = store.resource_version
     loop.reconcile(ctx)
     assert store.resource_version == version
+
+
+def test_a_pass_stops_after_its_budget_and_the_next_continues(store: Store, clock: Clock) -> None:
+    store.create(make_node("big", cpu=64_000, memory=64 * GI))
+    for i in range(7):
+        store.create(make_pod(f"p{i}", cpu=100, priority=100 - i))
+    loop = SchedulerLoop(max_attempts=3)
+    ctx = LoopContext(store=store, now=clock)
+
+    def bound() -> set[str]:
+        pods = store.list(store.registry.for_type(Pod))[0]
+        return {p.metadata.name for p in pods if isinstance(p, Pod) and p.spec.node_name}
+
+    assert loop.reconcile(ctx) == 0.0  # more to do: come back at once
+    assert bound() == {"p0", "p1", "p2"}  # the first three in queue order
+    assert loop.reconcile(ctx) == 0.0
+    assert bound() == {f"p{i}" for i in range(6)}
+    assert loop.reconcile(ctx) is None  # the last one; nothing left to wait for
+    assert bound() == {f"p{i}" for i in range(7)}
+
+
+def test_a_pass_budget_counts_unschedulable_attempts_too(store: Store, clock: Clock) -> None:
+    store.create(make_node("small", cpu=1000))
+    for i in range(4):
+        store.create(make_pod(f"huge{i}", cpu=8000))
+    loop = SchedulerLoop(max_attempts=3)
+    ctx = LoopContext(store=store, now=clock)
+    assert loop.reconcile(ctx) == 0.0
+    assert loop.queue.counts()[Where.UNSCHEDULABLE] == 3
+    assert loop.reconcile(ctx) == pytest.approx(300.0)  # all parked: the 5 min retry
+    assert loop.queue.counts()[Where.UNSCHEDULABLE] == 4
+
+
+@pytest.mark.parametrize("budget", [None, 1, 2, 1000])
+def test_passes_of_any_budget_end_in_the_same_placements(budget: int | None) -> None:
+    # One priority: no preemption (a pass's own placements are not yet victims to it).
+    objects = [
+        make_node("n1", cpu=2000),
+        make_node("n2", cpu=3000),
+        *(make_pod(f"p{i}", cpu=700 + 100 * (i % 3)) for i in range(8)),
+    ]
+
+    def scheduler() -> SchedulerLoop:
+        return SchedulerLoop(max_attempts=budget)
+
+    result = simulate(objects, max_time=timedelta(minutes=1), loops={"scheduler": scheduler})
+    placed = {o.metadata.name: o.spec.node_name for o in result.objects if isinstance(o, Pod)}
+    unlimited = simulate(
+        objects,
+        max_time=timedelta(minutes=1),
+        loops={"scheduler": lambda: SchedulerLoop(max_attempts=None)},
+    )
+    expected = {o.metadata.name: o.spec.node_name for o in unlimited.objects if isinstance(o, Pod)}
+    assert placed == expected
+    assert 0 < sum(1 for node in placed.values() if node) < 8  # 5000m for 6400m of pods
+    assert result.ended == result.started  # no simulated time spent on the passes
+
+
+@pytest.mark.parametrize("budget", [0, -1])
+def test_a_pass_budget_below_one_is_refused(budget: int) -> None:
+    with pytest.raises(ValueError, match="max_attempts must be at least 1"):
+        SchedulerLoop(max_attempts=budget)
 
 
 def test_freed_resources_let_a_parked_pod_in(store: Store, clock: Clock) -> None:

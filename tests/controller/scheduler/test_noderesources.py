@@ -7,6 +7,8 @@ from typing import Literal
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apis.core import Node, Pod
 from apis.resources import ResourceList
@@ -250,3 +252,43 @@ def test_a_node_stating_no_pod_limit_takes_any_number() -> None:
     assert _filter([unlimited], make_pod("p"), assigned) == (["n"], {})
     zero = make_node("z", pods=0)
     assert _filter([zero], make_pod("p")) == ([], {"Too many pods": ["z"]})
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    allocatable=st.lists(
+        st.tuples(st.integers(0, 64_000), st.integers(0, 512 * GI)), min_size=2, max_size=6
+    ),
+    used=st.lists(st.tuples(st.integers(0, 70_000), st.integers(0, 600 * GI)), max_size=6),
+    request=st.tuples(st.integers(0, 70_000), st.integers(0, 600 * GI)),
+    weights=st.tuples(st.integers(1, 100), st.integers(1, 100)),
+)
+def test_cpu_and_memory_scores_equal_the_general_path(
+    allocatable: list[tuple[int, int]],
+    used: list[tuple[int, int]],
+    request: tuple[int, int],
+    weights: tuple[int, int],
+) -> None:
+    # cpu then memory is scored on both columns at once; memory then cpu takes the general
+    # per-resource path: the weighted means must be the same on every node.
+    nodes = [make_node(f"n{i}", cpu=c, memory=m) for i, (c, m) in enumerate(allocatable)]
+    assigned = [
+        make_pod(f"q{i}", cpu=c, memory=m, node=f"n{i % len(nodes)}")
+        for i, (c, m) in enumerate(used)
+    ]
+    table = NodeTable(nodes, assigned)
+    pod = PodInfo.of(make_pod("p", cpu=request[0], memory=request[1]), table)
+    cpu, memory = (
+        ResourceWeight(name="cpu", weight=weights[0]),
+        ResourceWeight(name="memory", weight=weights[1]),
+    )
+    feasible = np.arange(len(table))
+
+    def scores(order: tuple[ResourceWeight, ...]) -> list[int]:
+        args = NodeResourcesFitArgs(scoring_strategy=ScoringStrategy(resources=order))
+        plugin = NodeResourcesFit(args)
+        return [int(v) for v in plugin.score(fw.CycleState(), pod, table, feasible)]
+
+    fast = scores((cpu, memory))
+    assert fast == scores((memory, cpu))
+    assert all(0 <= score <= fw.MAX_NODE_SCORE for score in fast)

@@ -51,6 +51,33 @@ def test_order_is_priority_then_age_then_name(clock: FakeClock) -> None:
     assert queue.pop_ready() == []
 
 
+@pytest.mark.parametrize(
+    ("limit", "first", "second"),
+    [
+        (1, ["default/high"], ["default/a-old"]),
+        (2, ["default/high", "default/a-old"], ["default/b-old", "default/late-low"]),
+        (4, ["default/high", "default/a-old", "default/b-old", "default/late-low"], []),
+        (9, ["default/high", "default/a-old", "default/b-old", "default/late-low"], []),
+    ],
+)
+def test_a_limited_pop_takes_the_first_in_order_and_keeps_the_rest_active(
+    clock: FakeClock, limit: int, first: list[str], second: list[str]
+) -> None:
+    queue = SchedulingQueue(clock)
+    for pod in (
+        _pod("late-low", priority=1, created=50),
+        _pod("b-old", priority=1, created=10),
+        _pod("a-old", priority=1, created=10),
+        _pod("high", priority=9000, created=99),
+    ):
+        queue.add(pod)
+    assert [e.key for e in queue.pop_ready(limit)] == first
+    left = 4 - len(first)
+    assert queue.counts()[Where.ACTIVE] == left
+    assert queue.next_wake() == (0.0 if left else None)
+    assert [e.key for e in queue.pop_ready(limit)][: len(second)] == second[:limit]
+
+
 def test_error_backoff_doubles_up_to_ten_seconds(clock: FakeClock) -> None:
     queue = SchedulingQueue(clock)
     queue.add(_pod("p"))

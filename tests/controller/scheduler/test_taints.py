@@ -182,3 +182,37 @@ def test_node_name(wanted: str, passed: list[str]) -> None:
     assert reasons == (
         {"node(s) didn't match the requested node name": rejected} if rejected else {}
     )
+
+
+@pytest.mark.parametrize(
+    "tolerations",
+    [
+        pytest.param((), id="none"),
+        pytest.param((Toleration(key="dedicated", operator="Exists"),), id="tolerates-gpu"),
+        pytest.param((Toleration(operator="Exists"),), id="tolerates-everything"),
+    ],
+)
+def test_taint_filter_remembers_per_toleration_list_and_node_set(
+    tolerations: Sequence[Toleration],
+) -> None:
+    # One plugin, every candidate (the table's own mask), pods of the same tolerations, and
+    # a node set that changes: each answer is what a fresh plugin on a subset mask gives.
+    plugin = TaintToleration(fw.NoArgs())
+    retainted = NodeTable(
+        [
+            make_node("plain", taints=[GPU_TAINT]),
+            make_node("gpu"),
+            make_node("evict", taints=[Taint(key="maint", value="", effect="NoExecute")]),
+        ]
+    )
+    for table in (TAINTED, TAINTED, retainted, TAINTED):
+        for name in ("p", "q"):
+            pod = PodInfo.of(make_pod(name, tolerations=tolerations), table)
+            got = plugin.filter(fw.CycleState(), pod, table, table.all_mask)
+            want = TaintToleration(fw.NoArgs()).filter(
+                fw.CycleState(), pod, table, np.ones(len(table), bool)
+            )
+            assert got.passed.tolist() == want.passed.tolist()
+            assert [(r.reason, r.code, r.rows.tolist()) for r in got.rejections] == [
+                (r.reason, r.code, r.rows.tolist()) for r in want.rejections
+            ]
