@@ -37,6 +37,7 @@ from agent.devices import simulated
 from agent.devices.base import DeviceProbe
 from agent.errors import AgentError
 from agent.node import HostFacts, node_name, read_host_facts
+from agent.qos.framework import CpuInfo
 from apis import codec
 from apis.errors import ApiError
 from apis.meta import Object
@@ -49,7 +50,15 @@ from koordpy import configfile, lifecycle, logs
 from koordpy.bus import Bus
 from koordpy.exposition import MetricsAddressError, MetricsEndpoint, serve_metrics
 
-__all__ = ["DEMO_NODES", "UpConfig", "default_state_dir", "examples_dir", "main", "run"]
+__all__ = [
+    "DEMO_NODES",
+    "UpConfig",
+    "default_state_dir",
+    "demo_cpu_topology",
+    "examples_dir",
+    "main",
+    "run",
+]
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +111,41 @@ class _NodeAgent:
     facts: Callable[[], HostFacts] | None = None
 
 
+#: The machine every simulated node is: a two-socket GPU server (2 x 24 cores, two threads
+#: each, one NUMA node per socket), 768 GiB of memory and 2 TiB of local disk.
+DEMO_SOCKETS: Final = 2
+DEMO_CORES_PER_SOCKET: Final = 24
+DEMO_MEMORY: Final = 768 << 30
+DEMO_STORAGE: Final = 2 << 40
+
+
+def demo_cpu_topology() -> tuple[CpuInfo, ...]:
+    """Logical CPUs of the simulated server, numbered as Linux does: the first thread of
+    every core, socket by socket, then the second threads."""
+    cores = DEMO_SOCKETS * DEMO_CORES_PER_SOCKET
+    return tuple(
+        CpuInfo(cpu=thread * cores + core, core=core, socket=core // DEMO_CORES_PER_SOCKET,
+                node=core // DEMO_CORES_PER_SOCKET)
+        for thread in range(2)
+        for core in range(cores)
+    )  # fmt: skip
+
+
 def _simulated_facts(name: str, host: HostPaths) -> Callable[[], HostFacts]:
-    """A simulated node: this machine's sizes, its own hostname and no addresses of ours."""
+    """A simulated node: a GPU server of its own (:func:`demo_cpu_topology`), this machine's
+    kernel and OS, its own hostname and no addresses of ours."""
+    topology = tuple(sorted(demo_cpu_topology(), key=lambda cpu: cpu.cpu))
 
     def read() -> HostFacts:
-        return dataclasses.replace(read_host_facts(host), hostname=name, internal_ips=())
+        return dataclasses.replace(
+            read_host_facts(host),
+            hostname=name,
+            internal_ips=(),
+            cpus=len(topology),
+            memory=DEMO_MEMORY,
+            ephemeral_storage=DEMO_STORAGE,
+            cpu_topology=topology,
+        )
 
     return read
 

@@ -55,3 +55,18 @@ def test_the_metax_sgpu_pod_gets_a_share_of_one_metax_card() -> None:
     assert card.resources.get_amount(k.RESOURCE_GPU_MEMORY) == GIB
     assert card.resources.get_amount(k.RESOURCE_GPU_MEMORY_RATIO) == 1  # 1Gi of 64Gi, floored
     assert card.id.startswith("GPU-")
+
+
+def test_the_simulated_nodes_are_two_socket_servers_the_scheduler_can_bind_cpus_on() -> None:
+    from agent.node import cpu_topology_annotation
+    from controller.numaresource.topology import parse_cpu_topology
+    from koordpy.up import demo_cpu_topology
+
+    cpus = tuple(sorted(demo_cpu_topology(), key=lambda cpu: cpu.cpu))
+    topology = parse_cpu_topology(cpu_topology_annotation(cpus))
+    assert topology.valid
+    assert len(topology.cpus) == 96
+    assert topology.cpus_per_core == 2
+    assert {cpu.node for cpu in cpus} == {0, 1}
+    # Linux numbering: CPU n and n + 48 are the two threads of one core.
+    assert {(cpu.core, cpu.socket) for cpu in cpus if cpu.cpu in (5, 53)} == {(5, 0)}
