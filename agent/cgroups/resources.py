@@ -42,6 +42,7 @@ from agent.cgroups.cpuset import CpuSet, CpuSetError
 __all__ = [
     "CFS_PERIOD",
     "MIN_QUOTA",
+    "SETTABLE",
     "TABLE",
     "UNLIMITED",
     "Kind",
@@ -240,6 +241,8 @@ TABLE: Final[Mapping[Resource, ResourceSpec]] = MappingProxyType(
     }
 )
 del R
+#: The resources the writer caches (:attr:`ResourceSpec.settable`).
+SETTABLE: Final[frozenset[Resource]] = frozenset(r for r, s in TABLE.items() if s.settable)
 
 
 def spec(resource: Resource) -> ResourceSpec:

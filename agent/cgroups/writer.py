@@ -19,6 +19,10 @@ of a pass and makes the kernel hold those values:
   values that go down are written before any quota, those that go up after; with
   ``cap_burst`` (default on) a burst is capped at the cgroup's final quota, and a quota that
   goes below the current burst brings a burst write with it (written first);
+* **steady passes** - a batch of the very same write objects as the last one, which changed
+  nothing, gets the last results again while every cache entry it was decided from is the
+  same and fresh (no value was read, written or dropped since): the same decisions, without
+  making them again;
 * **errors** - a vanished cgroup is reported ``vanished`` (no exception), a refused value
   ``rejected`` with its file, text and errno text (logged once per value; also a value out of
   the resource's range, a bad cgroup path, an unreadable file), a file this kernel lacks
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -110,6 +115,23 @@ class _Job:
         return WriteResult(self.write, status, self.path, self.current, self.error)
 
 
+@dataclass(slots=True)
+class _Steady:
+    """A batch that changed nothing, and the cache entries it was decided from."""
+
+    writes: tuple[CgroupWrite, ...]
+    cap_burst: bool
+    keys: list[_Key]
+    entries: list[_Entry]
+    #: When the oldest of those entries was read or written.
+    oldest: float
+    results: list[WriteResult]
+
+
+def _same_writes(a: tuple[CgroupWrite, ...], b: tuple[CgroupWrite, ...]) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
 def _depth(cgroup: str) -> int:
     return cgroup.count("/") + 1 if cgroup else 0
 
@@ -153,6 +175,8 @@ class CgroupWriter:
         #: Rejected (key -> value) already logged.
         self._reported: dict[_Key, Value] = {}
         self._pruned = clock()
+        #: The last batch, when it changed nothing (see the module docstring).
+        self._steady: _Steady | None = None
 
     # --- the cache ---------------------------------------------------------------------
 
@@ -165,9 +189,8 @@ class CgroupWriter:
 
         Read-only single values (usage counters) are read fresh, never cached.
         """
-        entry = resources.TABLE[resource]
         try:
-            if not entry.settable:
+            if resource not in resources.SETTABLE:
                 return self.files.read_value(cgroup, resource)
             return self._read(cgroup, resource, self._clock())[0]
         except (NotFound, Unsupported, TransientError, PathError):
@@ -218,8 +241,11 @@ class CgroupWriter:
 
     # --- batches -----------------------------------------------------------------------
 
-    def _batch(self, writes: Iterable[CgroupWrite], now: float) -> list[CgroupWrite]:
-        """Deduplicated writes (last wins, first position kept), bursts capped at quotas."""
+    def _batch(
+        self, writes: Iterable[CgroupWrite], now: float, consulted: list[_Key] | None = None
+    ) -> list[CgroupWrite]:
+        """Deduplicated writes (last wins, first position kept), bursts capped at quotas (the
+        keys of the current values the caps looked up are added to ``consulted``)."""
         batch: dict[_Key, CgroupWrite] = {}
         cpu_max: set[str] = set()
         quota, burst = Resource.CPU_QUOTA, Resource.CPU_BURST
@@ -229,16 +255,26 @@ class CgroupWriter:
             if resource is quota or resource is burst:
                 cpu_max.add(write.cgroup)
         if self.cap_burst and cpu_max:
-            self._cap_bursts(batch, cpu_max, now)
+            self._cap_bursts(batch, cpu_max, now, consulted)
         return list(batch.values())
 
-    def _known(self, cgroup: str, resource: Resource, now: float) -> Value | None:
+    def _known(
+        self, cgroup: str, resource: Resource, now: float, consulted: list[_Key] | None = None
+    ) -> Value | None:
+        if consulted is not None:
+            consulted.append((cgroup, resource))
         try:
             return self._read(cgroup, resource, now)[0]
         except (NotFound, Unsupported, TransientError, PathError):
             return None
 
-    def _cap_bursts(self, batch: dict[_Key, CgroupWrite], cgroups: set[str], now: float) -> None:
+    def _cap_bursts(
+        self,
+        batch: dict[_Key, CgroupWrite],
+        cgroups: set[str],
+        now: float,
+        consulted: list[_Key] | None,
+    ) -> None:
         for cgroup in cgroups:
             quota_write = batch.get((cgroup, Resource.CPU_QUOTA))
             burst_write = batch.get((cgroup, Resource.CPU_BURST))
@@ -248,13 +284,13 @@ class CgroupWriter:
                 quota = quota_write.value
                 if burst_write is None:
                     # Only a quota going down can fall below the current burst.
-                    old = self._known(cgroup, Resource.CPU_QUOTA, now)
+                    old = self._known(cgroup, Resource.CPU_QUOTA, now, consulted)
                     if not isinstance(quota, int) or quota == UNLIMITED:
                         continue
                     if isinstance(old, int) and old != UNLIMITED and quota >= old:
                         continue
             else:
-                quota = self._known(cgroup, Resource.CPU_QUOTA, now)
+                quota = self._known(cgroup, Resource.CPU_QUOTA, now, consulted)
             if not isinstance(quota, int) or quota == UNLIMITED:
                 continue
             if resources.validate(Resource.CPU_QUOTA, self._version, quota) is not None:
@@ -262,7 +298,7 @@ class CgroupWriter:
             if burst_write is not None:
                 burst = burst_write.value
             else:
-                burst = self._known(cgroup, Resource.CPU_BURST, now)
+                burst = self._known(cgroup, Resource.CPU_BURST, now, consulted)
             if not isinstance(burst, int) or burst <= quota:
                 continue
             if burst_write is not None:
@@ -311,12 +347,20 @@ class CgroupWriter:
         """Carry out a batch; one result per deduplicated write (plus inserted burst caps)."""
         now = self._clock()
         self._prune(now)
+        writes = tuple(writes)
+        steady = self._steady
+        if steady is not None and self._still_steady(steady, writes, now):
+            return list(steady.results)
+        self._steady = None
         cache, refresh, version = self._cache, self.refresh_seconds, self._version
         same = resources.same
         unchanged = WriteStatus.UNCHANGED
         done: list[WriteResult | _Job] = []
         jobs: list[_Job] = []
-        for write in self._batch(writes, now):
+        consulted: list[_Key] = []
+        batch = self._batch(writes, now, consulted)
+        settled = True  # nothing to write, nothing refused
+        for write in batch:
             # The steady state: a fresh cache entry holding the value already.
             entry = cache.get((write.cgroup, write.resource))
             if (
@@ -330,17 +374,43 @@ class CgroupWriter:
             done.append(job)
             if job.status is None:
                 jobs.append(job)
+            settled = settled and job.status is unchanged
         if jobs:
             for job, value in self._steps(jobs):
                 if job.status is None:
                     self._write(job, value, now)
-        return [item if isinstance(item, WriteResult) else item.result() for item in done]
+        results = [item if isinstance(item, WriteResult) else item.result() for item in done]
+        if settled:
+            keys = [(w.cgroup, w.resource) for w in batch]
+            self._remember(writes, [*keys, *consulted], results)
+        return results
+
+    def _remember(
+        self, writes: tuple[CgroupWrite, ...], keys: list[_Key], results: list[WriteResult]
+    ) -> None:
+        """Keep a batch that changed nothing, if every value it was decided from is cached."""
+        keys = list(dict.fromkeys(keys))
+        entries = [self._cache.get(key) for key in keys]
+        held = [entry for entry in entries if entry is not None]
+        if len(held) == len(keys):
+            oldest = min((entry[1] for entry in held), default=float("inf"))
+            self._steady = _Steady(writes, self.cap_burst, keys, held, oldest, results)
+
+    def _still_steady(self, steady: _Steady, writes: tuple[CgroupWrite, ...], now: float) -> bool:
+        """Whether ``writes`` would be decided as the steady batch was: the same writes, and
+        the same cache entries, all still fresh."""
+        return (
+            steady.cap_burst == self.cap_burst
+            and now - steady.oldest < self.refresh_seconds
+            and _same_writes(writes, steady.writes)
+            and list(map(self._cache.get, steady.keys)) == steady.entries
+        )
 
     def _job(self, write: CgroupWrite, now: float) -> _Job:
         """Look up the current value; decide the writes that need no disk write."""
         cgroup, resource, value = write.cgroup, write.resource, write.value
         try:
-            if resources.TABLE[resource].settable:
+            if resource in resources.SETTABLE:
                 current, path = self._read(cgroup, resource, now)
             else:
                 # Pids to move (or a read-only file, refused below): nothing to compare.

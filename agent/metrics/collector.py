@@ -74,6 +74,7 @@ from agent.qos.framework import PodState
 from agent.states import PodStateCache, pod_states
 from apis.core import Pod
 from apis.qos import KubeQoS
+from apis.resources import ResourceList
 from apis.slo import HostApplicationSpec, NodeMetric, NodeSLOSpec
 from koordpy import lifecycle
 
@@ -128,6 +129,31 @@ class _Slow:
 _NOT_YET = _Slow(None, _NO_PRESSURE, ())
 
 
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    """What a tick reports of an active pod that only its state decides."""
+
+    uid: str
+    name: str
+    namespace: str
+    qos: str
+    priority: str
+    cgroup: str
+    requests: ResourceList
+
+    @classmethod
+    def of(cls, state: PodState) -> _Pod:
+        return cls(
+            uid=state.uid,
+            name=state.name,
+            namespace=state.namespace,
+            qos=str(state.qos),
+            priority=str(state.priority_class),
+            cgroup=state.cgroup,
+            requests=state.requests,
+        )
+
+
 @dataclass(slots=True, eq=False)
 class Collector:
     """The agent's metrics component (``name = "metrics"``); see the module docstring."""
@@ -149,6 +175,10 @@ class Collector:
     #: The last tick's snapshot; ``None`` before the first.
     latest: MetricsSnapshot | None = field(default=None, init=False)
     _states: PodStateCache = field(default_factory=PodStateCache, init=False)
+    #: The pod list the active states below were worked out from (a tuple: immutable).
+    _pods_seen: tuple[Pod, ...] | None = field(default=None, init=False)
+    _active: tuple[PodState, ...] = field(default=(), init=False)
+    _rows: tuple[_Pod, ...] = field(default=(), init=False)
     _slo_seen: object = field(default=None, init=False)
     _apps: tuple[Mapping[str, str], Mapping[str, HostApplicationSpec]] = field(
         default=(_NO_APPS, {}), init=False
@@ -183,6 +213,20 @@ class Collector:
                 specs = {a.name: a for a in spec.host_applications if a.name in cgroups}
                 self._apps = (cgroups, specs)
         return self._apps
+
+    def _active_pods(self) -> tuple[tuple[PodState, ...], tuple[_Pod, ...]]:
+        """The active pods' states and what they report; worked out again only when the pod
+        source hands out another list (it keeps its tuple of immutable pods until a change)."""
+        if self.cgroup is None:
+            return (), ()
+        pods = self.pods()
+        if pods is self._pods_seen:
+            return self._active, self._rows
+        every = pod_states(pods, self.cgroup, cache=self._states)
+        self._active = tuple(s for s in every if s.active)
+        self._rows = tuple(_Pod.of(s) for s in self._active)
+        self._pods_seen = pods if type(pods) is tuple else None
+        return self._active, self._rows
 
     def _memory(self, figures: MemoryFigures | None) -> int | None:
         if figures is None:
@@ -236,10 +280,7 @@ class Collector:
         started = time.perf_counter()
         taken_at = self.wall()
         sampler = self.sampler
-        states: Sequence[PodState] = ()
-        if self.cgroup is not None:
-            every = pod_states(self.pods(), self.cgroup, cache=self._states)
-            states = [s for s in every if s.active]
+        states, rows = self._active_pods()
         app_cgroups, app_specs = self._host_apps()
         request = sampler.requested
         now = self.clock()
@@ -274,26 +315,24 @@ class Collector:
             slow = self._slow = {s.uid: self._slow_figures(s, window) for s in states}
         pods = []
         pods_cpu = pods_memory = 0.0
-        for state in states:
-            figures = slow.get(state.uid, _NOT_YET)
+        cpu_last = sampler.cgroup_cpu_last
+        for row in rows:
+            figures = slow.get(row.uid, _NOT_YET)
             usage = self._usage(
-                state.cgroup,
-                sampler.cgroup_cpu_last(state.cgroup),
-                figures.throttled_ratio,
-                figures.pressure,
+                row.cgroup, cpu_last(row.cgroup), figures.throttled_ratio, figures.pressure
             )
             pods_cpu += usage.cpu or 0.0
             pods_memory += usage.memory or 0
             pods.append(
                 PodUsage(
-                    uid=state.uid,
-                    name=state.name,
-                    namespace=state.namespace,
-                    qos=str(state.qos),
-                    priority=str(state.priority_class),
+                    uid=row.uid,
+                    name=row.name,
+                    namespace=row.namespace,
+                    qos=row.qos,
+                    priority=row.priority,
                     usage=usage,
                     containers=figures.containers,
-                    requests=state.requests,
+                    requests=row.requests,
                 )
             )
         apps = []

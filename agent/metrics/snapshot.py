@@ -5,13 +5,17 @@ The collector (:mod:`agent.metrics.collector`) takes one sample per tick and pub
 :class:`MetricsSnapshot`; nothing else reads ``/proc`` or cgroup files for metrics. Figures
 are in canonical units: CPU in millicores (averaged over the last tick), memory in bytes.
 ``None`` means "not known this tick" (a file was absent, or no previous sample to diff).
+
+The records are frozen msgspec Structs without garbage-collector tracking (``gc=False``): a
+tick builds one per pod and container, and they only hold values, never each other in a cycle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
+
+import msgspec
 
 from agent.devices.base import DeviceReading
 from apis.resources import ResourceList
@@ -26,8 +30,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Pressure:
+class Pressure(msgspec.Struct, frozen=True, gc=False):
     """PSI of one resource (``/proc/pressure/cpu`` or a cgroup's ``cpu.pressure``): the share
     of time, in percent, some (or all, ``full``) tasks stalled, over 10, 60 and 300 s.
 
@@ -38,8 +41,7 @@ class Pressure:
     full: tuple[float, float, float] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CgroupUsage:
+class CgroupUsage(msgspec.Struct, frozen=True, gc=False):
     """Usage of one cgroup over the last tick (a container: since its previous read, see
     :mod:`agent.metrics.collector`)."""
 
@@ -54,19 +56,17 @@ class CgroupUsage:
     #: the collector's ``detail_interval``.
     throttled_ratio: float | None = None
     #: PSI by resource (``cpu``, ``memory``, ``io``); empty when unsupported or off.
-    pressure: Mapping[str, Pressure] = field(default_factory=dict)
+    pressure: Mapping[str, Pressure] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerUsage:
+class ContainerUsage(msgspec.Struct, frozen=True, gc=False):
     name: str
     #: ``containerd://<id>`` as the pod status gives it ("" when not running).
     container_id: str
     usage: CgroupUsage
 
 
-@dataclass(frozen=True, slots=True)
-class PodUsage:
+class PodUsage(msgspec.Struct, frozen=True, gc=False):
     uid: str
     name: str
     namespace: str
@@ -79,11 +79,10 @@ class PodUsage:
     #: Running containers (see :mod:`agent.metrics.collector` for how often they are read).
     containers: tuple[ContainerUsage, ...] = ()
     #: The pod's effective request (canonical units), for what NodeMetric derives from it.
-    requests: ResourceList = field(default_factory=ResourceList)
+    requests: ResourceList = msgspec.field(default_factory=ResourceList)
 
 
-@dataclass(frozen=True, slots=True)
-class HostAppUsage:
+class HostAppUsage(msgspec.Struct, frozen=True, gc=False):
     """A NodeSLO host application (``hostApplications[]``)."""
 
     name: str
@@ -92,8 +91,7 @@ class HostAppUsage:
     usage: CgroupUsage
 
 
-@dataclass(frozen=True, slots=True)
-class MetricsSnapshot:
+class MetricsSnapshot(msgspec.Struct, frozen=True, gc=False):
     """One tick of the node (see the module docstring)."""
 
     node: str
@@ -108,7 +106,7 @@ class MetricsSnapshot:
     #: System usage: node - pods - host applications, never below 0.
     system_cpu: float | None = None
     system_memory: int | None = None
-    node_pressure: Mapping[str, Pressure] = field(default_factory=dict)
+    node_pressure: Mapping[str, Pressure] = msgspec.field(default_factory=dict)
     pods: tuple[PodUsage, ...] = ()
     host_apps: tuple[HostAppUsage, ...] = ()
     #: CPUs of the LS share pool and what they used (per-CPU ``/proc/stat`` ticks), and the

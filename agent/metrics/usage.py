@@ -553,6 +553,115 @@ def _parse_stat(text: str, per_cpu: bool) -> tuple[int | None, dict[int, int] | 
     return node, cpus
 
 
+def _observe(
+    table: dict[str, _Counters],
+    cgroup: str,
+    now: float,
+    values: tuple[int, ...],
+    horizon: float,
+) -> None:
+    counters = table.get(cgroup)
+    if counters is None:
+        counters = table[cgroup] = _Counters()
+    counters.observe(now, values, horizon)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reads:
+    """The cgroups one pass reads, by file kind, and (with a detail) whose history it keeps."""
+
+    cpu: dict[str, None]
+    throttle: dict[str, None]
+    memory: dict[str, None]
+    pressure: dict[str, None]
+    keep: dict[str, None] | None
+
+
+class _Plan:
+    """The reads of the passes over one list of pod states (see :meth:`UsageSampler.sample`):
+    worked out once per combination of ``memory`` and :class:`Detail`, then reused while the
+    same states are sampled (their cgroups cannot change: the states are immutable)."""
+
+    __slots__ = ("_reads", "apps", "container_cpu", "containers", "extra", "pods", "states")
+
+    def __init__(
+        self,
+        states: tuple[PodState, ...],
+        extra: tuple[str, ...],
+        apps: dict[str, str],
+        containers: bool | Callable[[PodState], bool],
+        container_cpu: bool,
+    ) -> None:
+        self.states = states
+        self.extra = extra
+        self.apps = apps
+        self.containers = containers
+        self.container_cpu = container_cpu
+        #: pod UID -> its cgroup.
+        self.pods = {pod.uid: pod.cgroup for pod in states}
+        self._reads: dict[tuple[bool, Detail | None], _Reads] = {}
+
+    def reads(self, memory: bool, detail: Detail | None) -> _Reads:
+        key = (memory, detail)
+        found = self._reads.get(key)
+        if found is None:
+            found = self._reads[key] = self._work_out(memory, detail)
+        return found
+
+    def _work_out(self, memory: bool, detail: Detail | None) -> _Reads:
+        containers, container_cpu = self.containers, self.container_cpu
+        cpu_cgroups: dict[str, None] = {}
+        memory_cgroups: dict[str, None] = {}
+        throttle_cgroups: dict[str, None] = {}
+        pressure_cgroups: dict[str, None] = {}
+        #: With a detail: every cgroup whose history is kept (read this pass or not).
+        keep: dict[str, None] | None = None if detail is None else {}
+        every = detail is not None and detail.containers
+        pod_throttle = detail is not None and detail.pod_throttle
+        pressure = detail is not None and detail.pressure
+        for pod in self.states:
+            cpu_cgroups[pod.cgroup] = None
+            if memory:
+                memory_cgroups[pod.cgroup] = None
+            if pod_throttle:
+                throttle_cgroups[pod.cgroup] = None
+            if pressure:
+                pressure_cgroups[pod.cgroup] = None
+            if keep is not None:
+                keep[pod.cgroup] = None
+            wanted = containers is True or (callable(containers) and containers(pod))
+            if not (wanted or every or keep is not None):
+                continue
+            for container in pod.containers:
+                cgroup = container.cgroup
+                if cgroup is None or not container.running:
+                    continue
+                if keep is not None:
+                    keep[cgroup] = None
+                if every:
+                    cpu_cgroups[cgroup] = None
+                    throttle_cgroups[cgroup] = None
+                    memory_cgroups[cgroup] = None
+                    if pressure:
+                        pressure_cgroups[cgroup] = None
+                elif wanted:
+                    throttle_cgroups[cgroup] = None
+                    if container_cpu:
+                        cpu_cgroups[cgroup] = None
+        for cgroup in self.extra:
+            cpu_cgroups[cgroup] = None
+            throttle_cgroups[cgroup] = None
+            if keep is not None:
+                keep[cgroup] = None
+        for cgroup in self.apps.values():
+            cpu_cgroups[cgroup] = None
+            if memory:
+                memory_cgroups[cgroup] = None
+            if keep is not None:
+                keep[cgroup] = None
+        return _Reads(cpu_cgroups, throttle_cgroups, memory_cgroups, pressure_cgroups, keep)
+
+
 class UsageSampler:
     """Samples usage and answers window queries (see the module docstring)."""
 
@@ -600,6 +709,8 @@ class UsageSampler:
         self._sampled_at: float | None = None
         #: The cgroups kept by the last pass with a detail (see :meth:`sample`).
         self._kept: dict[str, None] | None = None
+        #: What passes over the last list of pod states read.
+        self._last_plan: _Plan | None = None
         #: (cgroup, window) -> CPU: answers stay the same until the next sample, so every
         #: strategy of one pass sees the same numbers (and each is computed once).
         self._cpu_answers: dict[tuple[str, float], float | None] = {}
@@ -689,14 +800,6 @@ class UsageSampler:
             memo[cgroup] = _stat_fields(text, _CPU_STAT) if text is not None else None
         return memo[cgroup]
 
-    def _read_cgroup_cpu(self, cgroup: str, memo: dict[str, dict[str, int] | None]) -> int | None:
-        """Cumulative CPU time of a cgroup, ns."""
-        if self._v2:
-            stat = self._cpu_stat(cgroup, memo)
-            usage = stat.get("usage_usec") if stat is not None else None
-            return None if usage is None else usage * 1000
-        return _int_file(self._reader.read_text(cgroup, "cpuacct", "cpuacct.usage"))
-
     def _read_throttle(
         self, cgroup: str, memo: dict[str, dict[str, int] | None]
     ) -> tuple[int, int] | None:
@@ -753,89 +856,51 @@ class UsageSampler:
         (name -> cgroup, see :func:`host_app_cgroups`); forget what is no longer listed.
 
         ``containers``: which pods' running containers to sample throttling of (all, none, or
-        those a predicate picks: only CPU burst's quota scaling needs them), and with
-        ``container_cpu`` their CPU too (only burst's limiter does). Each is one read per
-        container per pass, so the agent asks only for what its strategies use. ``memory``:
-        sample the pods' (and host applications') memory (one read per pod). ``detail``:
-        what the metrics collector reads on top (see :class:`Detail`).
+        those a predicate of the pod state picks: only CPU burst's quota scaling needs them),
+        and with ``container_cpu`` their CPU too (only burst's limiter does). Each is one read
+        per container per pass, so the agent asks only for what its strategies use.
+        ``memory``: sample the pods' (and host applications') memory (one read per pod).
+        ``detail``: what the metrics collector reads on top (see :class:`Detail`).
         """
         now = self._clock()
         self._sampled_at = now
         horizon = self._history
         self._read_node(now, detail)
+        plan = self._plan(pods, extra_cgroups, host_apps or {}, containers, container_cpu)
+        reads = plan.reads(memory, detail)
+        self._pods = plan.pods
+        self._apps = plan.apps
+        self._cpu_answers.clear()
 
         memo: dict[str, dict[str, int] | None] = {}
-        cpu_cgroups: dict[str, None] = {}
-        memory_cgroups: dict[str, None] = {}
-        throttle_cgroups: dict[str, None] = {}
-        pressure_cgroups: dict[str, None] = {}
-        #: With a detail: every cgroup whose history is kept (read this pass or not).
-        keep: dict[str, None] | None = None if detail is None else {}
-        every = detail is not None and detail.containers
-        pod_throttle = detail is not None and detail.pod_throttle
-        pressure = detail is not None and detail.pressure
-        self._pods = {}
-        self._cpu_answers.clear()
-        for pod in pods:
-            self._pods[pod.uid] = pod.cgroup
-            cpu_cgroups[pod.cgroup] = None
-            if memory:
-                memory_cgroups[pod.cgroup] = None
-            if pod_throttle:
-                throttle_cgroups[pod.cgroup] = None
-            if pressure:
-                pressure_cgroups[pod.cgroup] = None
-            if keep is not None:
-                keep[pod.cgroup] = None
-            wanted = containers is True or (callable(containers) and containers(pod))
-            if not (wanted or every or keep is not None):
-                continue
-            for container in pod.containers:
-                cgroup = container.cgroup
-                if cgroup is None or not container.running:
-                    continue
-                if keep is not None:
-                    keep[cgroup] = None
-                if every:
-                    cpu_cgroups[cgroup] = None
-                    throttle_cgroups[cgroup] = None
-                    memory_cgroups[cgroup] = None
-                    if pressure:
-                        pressure_cgroups[cgroup] = None
-                elif wanted:
-                    throttle_cgroups[cgroup] = None
-                    if container_cpu:
-                        cpu_cgroups[cgroup] = None
-        for cgroup in extra_cgroups:
-            cpu_cgroups[cgroup] = None
-            throttle_cgroups[cgroup] = None
-            if keep is not None:
-                keep[cgroup] = None
-        self._apps = dict(host_apps or {})
-        for cgroup in self._apps.values():
-            cpu_cgroups[cgroup] = None
-            if memory:
-                memory_cgroups[cgroup] = None
-            if keep is not None:
-                keep[cgroup] = None
-
-        for cgroup in cpu_cgroups:
-            usage = self._read_cgroup_cpu(cgroup, memo)
-            if usage is not None:
-                self._cpu.setdefault(cgroup, _Counters()).observe(now, (usage,), horizon)
-        for cgroup in throttle_cgroups:
+        table = self._cpu
+        if self._v2:
+            for cgroup in reads.cpu:
+                stat = self._cpu_stat(cgroup, memo)
+                usage = stat.get("usage_usec") if stat is not None else None
+                if usage is not None:
+                    _observe(table, cgroup, now, (usage * 1000,), horizon)
+        else:
+            read = self._reader.read_text
+            for cgroup in reads.cpu:
+                usage = _int_file(read(cgroup, "cpuacct", "cpuacct.usage"))
+                if usage is not None:
+                    _observe(table, cgroup, now, (usage,), horizon)
+        table = self._throttle
+        for cgroup in reads.throttle:
             counters = self._read_throttle(cgroup, memo)
             if counters is not None:
-                self._throttle.setdefault(cgroup, _Counters()).observe(now, counters, horizon)
+                _observe(table, cgroup, now, counters, horizon)
         usage_file = detail is not None and detail.working_set
-        for cgroup in memory_cgroups:
+        memory_table = self._memory
+        for cgroup in reads.memory:
             figures = self._read_memory(cgroup, usage_file)
             if figures is None:
-                self._memory.pop(cgroup, None)
+                memory_table.pop(cgroup, None)
             else:
-                self._memory[cgroup] = (now, figures)
+                memory_table[cgroup] = (now, figures)
         supported = True
-        for cgroup in pressure_cgroups:
+        for cgroup in reads.pressure:
             if not supported:
                 break
             found = self._read_pressure(cgroup)
@@ -851,19 +916,46 @@ class UsageSampler:
             sweep = getattr(self._reader, "sweep", None)
             if sweep is not None:
                 sweep()
-        if keep is not None and keep == self._kept:
+        keep = reads.keep
+        if keep is not None and (keep is self._kept or keep == self._kept):
             return  # the same cgroups as the last pass: nothing to forget
         self._kept = keep
         if keep is None:
-            _prune(self._cpu, cpu_cgroups)
-            _prune(self._throttle, throttle_cgroups)
-            _prune(self._memory, memory_cgroups)
-            _prune(self._pressure, pressure_cgroups)
+            _prune(self._cpu, reads.cpu)
+            _prune(self._throttle, reads.throttle)
+            _prune(self._memory, reads.memory)
+            _prune(self._pressure, reads.pressure)
         else:
             _prune(self._cpu, keep)
             _prune(self._throttle, keep)
             _prune(self._memory, keep)
             _prune(self._pressure, keep)
+
+    def _plan(
+        self,
+        pods: Sequence[PodState],
+        extra_cgroups: Sequence[str],
+        host_apps: Mapping[str, str],
+        containers: bool | Callable[[PodState], bool],
+        container_cpu: bool,
+    ) -> _Plan:
+        """What passes over these pods read (kept while the pod states are the same objects:
+        states are immutable, and ``containers`` is a predicate of the state alone)."""
+        plan = self._last_plan
+        if (
+            plan is not None
+            and plan.containers is containers
+            and plan.container_cpu == container_cpu
+            and len(plan.states) == len(pods)
+            and all(map(operator.is_, plan.states, pods))
+            and plan.extra == tuple(extra_cgroups)
+            and plan.apps == host_apps
+        ):
+            return plan
+        plan = self._last_plan = _Plan(
+            tuple(pods), tuple(extra_cgroups), dict(host_apps), containers, container_cpu
+        )
+        return plan
 
     # --- queries (agent.qos.framework.Usage) ------------------------------------------------
 

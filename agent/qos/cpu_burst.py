@@ -44,7 +44,7 @@ import functools
 import logging
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
@@ -168,6 +168,26 @@ class _Quota:
     operation: Operation
 
 
+@dataclass(slots=True)
+class _Planned:
+    """What the last pass planned for an eligible pod, and from what.
+
+    ``config`` is the pod's burst config merged from ``node`` (the node's) and its annotation.
+    Without quota scaling the pod's writes and gauges depend only on its state, its config,
+    the cgroup version and the quotas of ``cgroups`` (its CPU-limited containers', then its
+    own): ``quotas`` holds those the writes were planned from (None: not planned so).
+    """
+
+    pod: PodState
+    node: BurstSettings
+    config: BurstSettings
+    cgroups: tuple[str, ...]
+    quotas: tuple[object, ...] | None = None
+    v2: bool = False
+    writes: list[CgroupWrite] = field(default_factory=list)
+    gauges: list[Gauge] = field(default_factory=list)
+
+
 @functools.lru_cache(maxsize=16384)
 def _container_labels(
     namespace: str, name: str, container: str, container_id: str
@@ -181,6 +201,13 @@ def _container_labels(
             "container_id": container_id,
         }
     )
+
+
+def _quota_cgroups(pod: PodState) -> tuple[str, ...]:
+    """The cgroups whose quota a pod's burst plan reads: its CPU-limited containers', then its
+    own."""
+    limited = (c.cgroup for c in pod.containers if c.limits.get(k.RESOURCE_CPU, 0) > 0)
+    return (*(cgroup for cgroup in limited if cgroup is not None), pod.cgroup)
 
 
 def _labels(pod: PodState, container: ContainerState) -> Mapping[str, str]:
@@ -210,6 +237,8 @@ class CpuBurst:
         self._override = override
         self._buckets: dict[str, TokenBucket] = {}
         self._refused: dict[str, str] = {}
+        #: pod UID -> its last plan without quota scaling (see :meth:`_plan_pod`).
+        self._planned: dict[str, _Planned] = {}
 
     @property
     def name(self) -> str:
@@ -223,22 +252,24 @@ class CpuBurst:
     def plan(self, snapshot: NodeSnapshot) -> Outcome:
         if not snapshot.settings.gate("CPUBurst"):
             return Outcome()
+        node = snapshot.settings.burst
         writes: list[CgroupWrite] = []
         gauges: list[Gauge] = []
         pool: PoolState | None = None
         seen: set[str] = set()
+        planned, self._planned = self._planned, {}
         for pod in snapshot.pods:
-            if not eligible(pod):
-                continue
+            last = planned.get(pod.uid)
+            if last is None or last.pod is not pod or last.node is not node:
+                # A new or changed pod (or node config): eligibility and config afresh.
+                if not eligible(pod):
+                    continue
+                last = _Planned(pod, node, self._config(node, pod), _quota_cgroups(pod))
+            self._planned[pod.uid] = last
             seen.add(pod.uid)
-            config = self._config(snapshot.settings.burst, pod)
-            if config.policy in _QUOTA_POLICIES and pool is None:
-                pool = share_pool_state(
-                    snapshot, snapshot.settings.burst.share_pool_threshold_percent
-                )
-            pod_writes, pod_gauges = self._plan_pod(
-                snapshot, pod, config, pool or PoolState.UNKNOWN
-            )
+            if last.config.policy in _QUOTA_POLICIES and pool is None:
+                pool = share_pool_state(snapshot, node.share_pool_threshold_percent)
+            pod_writes, pod_gauges = self._plan_pod(snapshot, last, pool or PoolState.UNKNOWN)
             writes += pod_writes
             gauges += pod_gauges
         self._forget(snapshot.now, seen)
@@ -263,6 +294,22 @@ class CpuBurst:
         return merged
 
     def _plan_pod(
+        self, snapshot: NodeSnapshot, last: _Planned, pool: PoolState
+    ) -> tuple[list[CgroupWrite], list[Gauge]]:
+        """The pod's writes and gauges: those of the last pass when it scales no quota and
+        nothing they depend on changed (see :class:`_Planned`)."""
+        pod, config = last.pod, last.config
+        if config.policy in _QUOTA_POLICIES:
+            return self._work_out(snapshot, pod, config, pool)
+        v2 = snapshot.cgroup.resource_version == 2
+        current = snapshot.current
+        quotas = tuple([current.get(cgroup, Resource.CPU_QUOTA) for cgroup in last.cgroups])
+        if last.quotas != quotas or last.v2 != v2:
+            last.writes, last.gauges = self._work_out(snapshot, pod, config, pool)
+            last.quotas, last.v2 = quotas, v2
+        return last.writes, last.gauges
+
+    def _work_out(
         self, snapshot: NodeSnapshot, pod: PodState, config: BurstSettings, pool: PoolState
     ) -> tuple[list[CgroupWrite], list[Gauge]]:
         current = snapshot.current

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Final
 
 from agent.cgroups.resources import UNLIMITED, Resource
-from agent.qos.framework import CgroupWrite, NodeSnapshot, Outcome
+from agent.qos.framework import CgroupWrite, LastPlan, NodeSnapshot, Outcome
 
 __all__ = ["CpuQuotaUnbind"]
 
@@ -26,6 +26,10 @@ _GATE: Final = "CPUSetAllocator"
 class CpuQuotaUnbind:
     """Sets the CFS quota of cpuset-bound pods and their containers to unlimited."""
 
+    def __init__(self) -> None:
+        #: The writes are a function of the pod states alone.
+        self._last = LastPlan()
+
     @property
     def name(self) -> str:
         return NAME
@@ -34,6 +38,9 @@ class CpuQuotaUnbind:
         settings = snapshot.settings
         if settings.disable_unset_cpu_quota or not settings.gate(_GATE):
             return Outcome()
+        last = self._last.get(snapshot.pods)
+        if last is not None:
+            return last
         writes: list[CgroupWrite] = []
         for pod in snapshot.pods:
             if not pod.cpuset or pod.pod.is_terminated:
@@ -45,4 +52,4 @@ class CpuQuotaUnbind:
                 for c in pod.containers
                 if c.cgroup is not None
             )
-        return Outcome(writes=tuple(writes))
+        return self._last.put(snapshot.pods, (), Outcome(writes=tuple(writes)))

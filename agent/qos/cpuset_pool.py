@@ -49,7 +49,7 @@ from agent.cgroups.cpuset import CpuSet, CpuSetError
 from agent.cgroups.resources import Resource
 from agent.metrics.usage import host_app_cgroup
 from agent.qos import nodeinfo
-from agent.qos.framework import CgroupWrite, Gauge, NodeSnapshot, Outcome, PodState
+from agent.qos.framework import CgroupWrite, Gauge, LastPlan, NodeSnapshot, Outcome, PodState
 from apis import constants as k
 from apis.core import Node
 from apis.qos import KubeQoS, QoSClass
@@ -184,6 +184,11 @@ def _numa_nodes(pod: PodState) -> frozenset[int]:
 class CpusetPool:
     """Keeps every pod and container on the CPUs its class may use (gate ``CPUSetAllocator``)."""
 
+    def __init__(self) -> None:
+        #: The outcome is a function of the pods, the Node, the CPUs, the cgroup layout and
+        #: the settings (a pass that logged a pod without CPUs is not kept: it logs each pass).
+        self._last = LastPlan()
+
     @property
     def name(self) -> str:
         return NAME
@@ -192,9 +197,14 @@ class CpusetPool:
         settings = snapshot.settings
         if not settings.gate(_GATE):
             return Outcome()
+        inputs = (snapshot.node, snapshot.cpus, snapshot.cgroup, settings)
+        last = self._last.get(snapshot.pods, *inputs)
+        if last is not None:
+            return last
         pools = share_pools(snapshot)
         static = kubelet_cpu_policy(snapshot.node) == "static"
         writes: list[CgroupWrite] = []
+        logged = False
         for pod in snapshot.pods:
             if pod.pod.is_terminated:
                 continue
@@ -203,6 +213,7 @@ class CpusetPool:
                 continue
             cpus, reason = decided
             if not cpus:
+                logged = True
                 _log.warning(
                     "pod %s/%s: no CPU left for it (%s); cpuset left as is",
                     pod.namespace,
@@ -226,9 +237,10 @@ class CpusetPool:
                         directory, Resource.CPUSET_CPUS, pools.ls, NAME, "LS host application"
                     )
                 )
-        return Outcome(
+        outcome = Outcome(
             writes=tuple(writes), gauges=self._gauges(settings.gate("PerCPUMetric"), pools)
         )
+        return outcome if logged else self._last.put(snapshot.pods, inputs, outcome)
 
     @staticmethod
     def decide(

@@ -13,6 +13,7 @@ on v2 (``kubepods/besteffort/pod<uid>``); the writer maps them to files.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -34,12 +35,14 @@ __all__ = [
     "CpuInfo",
     "Eviction",
     "Gauge",
+    "LastPlan",
     "NodeSnapshot",
     "Outcome",
     "PodState",
     "Strategy",
     "Usage",
     "Value",
+    "same_pods",
 ]
 
 _NO_RESOURCES = ResourceList()
@@ -241,3 +244,40 @@ def combine(outcomes: Sequence[Outcome]) -> Outcome:
     for outcome in outcomes:
         total = total + outcome
     return total
+
+
+def same_pods(a: Sequence[PodState], b: Sequence[PodState]) -> bool:
+    """Whether two lists hold the very same pod states, in order (states are immutable: the
+    pod sources hand out the same objects until a pod changes)."""
+    return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
+
+
+@dataclass(slots=True)
+class LastPlan:
+    """A strategy's last outcome and what it was planned from, for strategies whose outcome
+    is a function of the pod states and a few other immutable inputs alone: the same states
+    (:func:`same_pods`) and equal inputs give that outcome again without planning it anew.
+
+    Drift needs no planning: the writer compares the (same) writes with the cgroups' values
+    and rewrites what changed behind the agent's back.
+    """
+
+    pods: tuple[PodState, ...] = ()
+    inputs: tuple[object, ...] = ()
+    outcome: Outcome | None = None
+
+    def get(self, pods: Sequence[PodState], *inputs: object) -> Outcome | None:
+        """The last outcome if it was planned from these pods and inputs, else ``None``."""
+        if self.outcome is None or len(inputs) != len(self.inputs):
+            return None
+        for now, then in zip(inputs, self.inputs, strict=True):
+            if now is not then and now != then:
+                return None
+        return self.outcome if same_pods(pods, self.pods) else None
+
+    def put(
+        self, pods: Sequence[PodState], inputs: tuple[object, ...], outcome: Outcome
+    ) -> Outcome:
+        """Remember ``outcome`` as planned from ``pods`` and ``inputs``; returns it."""
+        self.pods, self.inputs, self.outcome = tuple(pods), inputs, outcome
+        return outcome

@@ -32,7 +32,7 @@ from agent.cgroups.writer import CgroupWriter, PlannedWrite, WriteResult
 from agent.evictor import Evictor
 from agent.metrics.usage import SampleRequest, UsageSampler, host_app_cgroups
 from agent.qos import cpu_burst
-from agent.qos.framework import CpuInfo, Gauge, NodeSnapshot, Outcome, Strategy
+from agent.qos.framework import CpuInfo, Gauge, NodeSnapshot, Outcome, PodState, Strategy
 from agent.qos.settings import QoSSettings, SettingsError, from_nodeslo
 from agent.states import pod_states
 from apis.core import Node, Pod
@@ -122,6 +122,9 @@ class QoSLoop:
     _due: dict[str, float] = field(default_factory=dict, init=False)
     _slo_seen: NodeSLOSpec | None = field(default=None, init=False)
     _slo_error: str = field(default="", init=False)
+    #: The pod list the states below were built from (a tuple: immutable).
+    _pods_seen: tuple[Pod, ...] | None = field(default=None, init=False)
+    _states: tuple[PodState, ...] = field(default=(), init=False)
 
     def settings(self) -> QoSSettings:
         """The base settings with the NodeSLO laid over; a bad NodeSLO keeps the previous."""
@@ -144,6 +147,14 @@ class QoSLoop:
         """The strategies that run at ``now`` (every one without an ``interval``)."""
         return [s for s in self.strategies if now >= self._due.get(s.name, now)]
 
+    def _pod_states(self) -> tuple[PodState, ...]:
+        """The pods' states; the last ones while the pod source hands out the same tuple."""
+        pods = self.pods()
+        if pods is not self._pods_seen:
+            self._states = pod_states(pods, self.cgroup)
+            self._pods_seen = pods if type(pods) is tuple else None
+        return self._states
+
     def _wants_memory(self, strategies: Sequence[Strategy], settings: QoSSettings) -> bool:
         for strategy in strategies:
             wants = getattr(strategy, "wants_memory", None)
@@ -155,7 +166,7 @@ class QoSLoop:
         """The node as ``strategies`` (default: all) need it sampled."""
         settings = self.settings()
         wanted = self.strategies if strategies is None else strategies
-        states = pod_states(self.pods(), self.cgroup)
+        states = self._pod_states()
         tiers = [
             qos_dir(self.cgroup, KubeQoS.BEST_EFFORT),
             qos_dir(self.cgroup, KubeQoS.GUARANTEED),  # the kubepods root: every pod together

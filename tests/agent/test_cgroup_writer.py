@@ -620,6 +620,48 @@ def test_refresh_rereads_and_repairs_drift(v1: StrictV1Files) -> None:
     assert len(v1.writes) == written + 1
 
 
+def test_a_steady_batch_follows_what_changed_in_between(v1: StrictV1Files) -> None:
+    # The strategies hand in the very same writes pass after pass; the writer still notices
+    # another batch's write and a forgotten (invalidated) value.
+    clock = Clock()
+    writer = CgroupWriter(v1, clock=clock, refresh_seconds=60)
+    writes = _pods(v1, 3)
+    writer.apply(writes)
+    for _ in range(2):
+        clock.now += 1
+        assert {r.status for r in writer.apply(writes)} == {S.UNCHANGED}
+    target = "kubepods/besteffort/pod1"
+    assert _statuses(writer.apply([_w(target, R.CPU_SHARES, 4096)])) == [
+        (target, R.CPU_SHARES, S.WRITTEN)
+    ]
+    results = writer.apply(writes)
+    assert [r.status for r in results].count(S.WRITTEN) == 1
+    assert v1.path(target, R.CPU_SHARES).read_text() == "2"
+
+    v1.path(target, R.CPU_SHARES).write_text("4096\n")
+    clock.now += 1
+    assert {r.status for r in writer.apply(writes)} == {S.UNCHANGED}
+    writer.invalidate(target)
+    assert [r.status for r in writer.apply(writes)].count(S.WRITTEN) == 1
+    assert v1.path(target, R.CPU_SHARES).read_text() == "2"
+
+
+def test_a_steady_burst_is_capped_at_a_quota_lowered_in_between(v2: RecordingFiles) -> None:
+    _burst_tree(v2, 200_000, 0)
+    clock = Clock()
+    writer = CgroupWriter(v2, clock=clock)
+    batch = [_w(CHILD, R.CPU_BURST, 150_000)]
+    assert [r.status for r in writer.apply(batch)] == [S.WRITTEN]
+    assert [r.status for r in writer.apply(batch)] == [S.UNCHANGED]
+    writer.apply([_w(CHILD, R.CPU_QUOTA, 100_000)])
+    assert v2.path(CHILD, R.CPU_BURST).read_text() == "100000", "lowered with the quota"
+    results = writer.apply(batch)
+    assert [(r.status, r.write.value) for r in results] == [(S.UNCHANGED, 100_000)]
+    writer.apply([_w(CHILD, R.CPU_QUOTA, 400_000)])
+    results = writer.apply(batch)
+    assert [(r.status, r.write.value) for r in results] == [(S.WRITTEN, 150_000)]
+
+
 def test_view_reads_through_and_sees_writes(v1: StrictV1Files) -> None:
     _put(v1, CHILD, R.CPU_QUOTA, "-1\n")
     _put(v1, CHILD, R.MEMORY_USAGE, "4096\n")

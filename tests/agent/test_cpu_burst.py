@@ -172,6 +172,26 @@ def test_invalid_pod_annotation_falls_back_to_the_node(caplog: pytest.LogCapture
     assert "cpuBurstPercent" not in caplog.text  # said once
 
 
+@pytest.mark.parametrize("policy", ["none", "cpuBurstOnly"])
+def test_a_quota_moved_behind_our_back_is_reset_on_the_next_pass(policy: BurstPolicy) -> None:
+    # The same pod state pass after pass: the plan still follows the quotas the cgroups hold.
+    strategy = CpuBurst(rng=random.Random(1))
+    view = FakeView()
+    for directory in container_dirs(WEB):
+        view.set(directory, QUOTA, BASE)
+    view.set(WEB.cgroup, QUOTA, BASE * len(container_dirs(WEB)))
+    settings = make_settings(burst=BurstSettings(policy=policy))
+    snapshot = make_snapshot(pods=(WEB,), current=view, settings=settings)
+    first = strategy.plan(snapshot)
+    assert writes(first, QUOTA) == {}
+    assert strategy.plan(snapshot) == first
+
+    view.set(WEB_C, QUOTA, 3 * BASE)
+    assert writes(strategy.plan(snapshot), QUOTA)[WEB_C] == BASE
+    view.set(WEB_C, QUOTA, BASE)
+    assert strategy.plan(snapshot) == first
+
+
 def test_override_reader_is_injectable() -> None:
     from apis.slo import CPUBurstStrategy
 

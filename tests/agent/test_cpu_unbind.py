@@ -52,5 +52,15 @@ def test_containers_without_cgroup_are_skipped() -> None:
     assert [w.cgroup for w in plan(pod).writes] == [pod.cgroup]
 
 
+def test_a_pod_bound_later_is_unbound_on_the_next_pass() -> None:
+    strategy = CpuQuotaUnbind()
+    settings = make_settings()
+    assert strategy.plan(make_snapshot(pods=(UNBOUND_LSR, LS), settings=settings)).writes == ()
+    bound = make_pod("lsr-unbound", qos="LSR", cpu_limit=2000, cpuset="6")
+    outcome = strategy.plan(make_snapshot(pods=(bound, LS), settings=settings))
+    assert [w.cgroup for w in outcome.writes] == [bound.cgroup, *container_dirs(bound)]
+    assert strategy.plan(make_snapshot(pods=(bound, LS), settings=settings)) == outcome
+
+
 def test_name() -> None:
     assert CpuQuotaUnbind().name == "cpu_unbind"

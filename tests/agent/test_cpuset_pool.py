@@ -231,6 +231,25 @@ def test_host_application_at_the_cgroup_root_is_not_written() -> None:
     assert cpusets(CpusetPool().plan(snapshot_with(host_apps=(app,)))) == {}
 
 
+def test_the_same_pods_follow_a_changed_node_and_settings() -> None:
+    strategy = CpusetPool()
+    first = strategy.plan(snapshot_with(LSE, LS))
+    assert strategy.plan(snapshot_with(LSE, LS)) == first
+    reserved = strategy.plan(snapshot_with(LSE, LS, annotations=NODE_ANNOTATIONS))
+    assert cpusets(reserved)[LS.cgroup] == ALL - LSE_CPUS - RESERVED - SYSTEM
+    per_cpu = strategy.plan(snapshot_with(LSE, LS, gates={"PerCPUMetric": True}))
+    assert len(per_cpu.gauges) > len(first.gauges)
+    assert strategy.plan(snapshot_with(LSE, LSR, LS)) != first
+
+
+def test_no_cpu_left_is_logged_every_pass(caplog: pytest.LogCaptureFixture) -> None:
+    hog = make_pod("hog", qos="LSE", cpu_limit=16000, cpuset=str(ALL))
+    strategy = CpusetPool()
+    for _ in range(2):
+        strategy.plan(snapshot_with(hog, LS))
+    assert sum("no CPU left" in r.getMessage() for r in caplog.records) == 2
+
+
 def test_gate_off_does_nothing() -> None:
     outcome = CpusetPool().plan(snapshot_with(LS, gates={"CPUSetAllocator": False}))
     assert outcome == Outcome()

@@ -401,6 +401,29 @@ def test_a_pod_that_goes_away_is_dropped_everywhere(tree: Tree) -> None:
     assert [p.name for p in metric.status.pods_metric] == ["pod-1"]
 
 
+def test_a_pod_source_keeping_its_tuple_is_measured_every_tick(tree: Tree) -> None:
+    # Pod sources hand out the same tuple of pods until one changes: every tick still
+    # measures them, and a new tuple is followed at once.
+    clock = Clock()
+    keep, gone = _pod(1), _pod(2)
+    listed: tuple[Pod, ...] = (keep, gone)
+    collector = _collector(tree, Feed(), clock)
+    collector.pods = lambda: listed
+    for step in range(3):
+        tree.node([10] * 4, total=GIB, free=GIB // 2, available=GIB // 2)
+        tree.cpu(tree.pod_dir(keep), step * 100_000_000)  # a tenth of a core
+        tree.cpu(tree.pod_dir(gone), 0)
+        snap = collector.collect()
+        clock.now += 1
+    assert [(p.name, p.usage.cpu) for p in snap.pods] == [("pod-1", 100.0), ("pod-2", 0.0)]
+
+    listed = (keep,)
+    snap = collector.collect()
+    assert [p.name for p in snap.pods] == ["pod-1"]
+    listed = (_pod(1, phase="Succeeded"),)
+    assert collector.collect().pods == ()
+
+
 def test_finished_pods_and_stopped_containers_are_not_read(tree: Tree) -> None:
     clock = Clock()
     done = _pod(1, phase="Succeeded")

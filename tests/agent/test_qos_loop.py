@@ -256,7 +256,7 @@ async def test_batch_resources_run_on_their_interval_and_reach_the_node(tmp_path
     clock = Clock()
     loop = _loop(cfg, Settings(), clock)
     loop.base_settings = type(loop.base_settings)(colocation=ColocationSettings(enable=True))
-    published: list[ResourceList] = []
+    published: list[ResourceList | None] = []
     loop.on_node_resources = published.append
     for step in range(1, 13):
         clock.now += 1
@@ -264,6 +264,7 @@ async def test_batch_resources_run_on_their_interval_and_reach_the_node(tmp_path
         await loop.run_once()
     # First run at once, the next one 10 s later.
     assert len(published) == 2
+    assert published[0] is not None
     assert set(published[0]) == {
         "kubernetes.io/batch-cpu",
         "kubernetes.io/batch-memory",
@@ -328,6 +329,48 @@ async def test_every_pass_result_reaches_the_pass_hook(tmp_path: Path) -> None:
     second = await loop.run_once()
     assert seen == [first, second], "the hook sees what run_once returns, once per pass"
     assert first.results, "the first pass writes the pools: its write results are there to count"
+
+
+async def test_steady_passes_over_the_same_pods_still_repair_drift(tmp_path: Path) -> None:
+    """The pod source hands out the same tuple pass after pass: values changed behind the
+    agent's back are put back once the writer's cache refreshes, and a new pod list is
+    followed at once."""
+    host, cfg, dirs = _host(tmp_path, v2=False)
+    clock = Clock()
+    info = detect.detect(cfg.host, cfg.cgroup)
+    node = build_node("node-1", FACTS, heartbeat=EPOCH, ready_since=EPOCH, cgroup=info)
+    pods = tuple(p for p in PODS if isinstance(p, Pod))
+    listed = [pods]
+    loop = service.build_loop(
+        cfg,
+        node="node-1",
+        cgroup=info,
+        pods=lambda: listed[0],
+        node_object=lambda: node,
+        nodeslo=Settings().current,
+        clock=clock,
+    )
+    assert (await loop.run_once()).written
+    clock.now += 1
+    assert (await loop.run_once()).written == 0
+    server, web = dirs["inference/server"], dirs["web/nginx"]
+    cpuset = host.cgroup_root / "cpuset" / server / "cpuset.cpus"
+    quota = host.cgroup_root / "cpu,cpuacct" / server / "cpu.cfs_quota_us"
+    assert (cpuset.read_text().strip(), quota.read_text().strip()) == ("1", "-1")
+    cpuset.write_text("0-3\n")
+    quota.write_text("50000\n")
+    clock.now += 1
+    assert (await loop.run_once()).written == 0, "trusted while the cache is fresh"
+    clock.now += cfg.qos.force_update_seconds
+    assert (await loop.run_once()).written == 2
+    assert (cpuset.read_text().strip(), quota.read_text().strip()) == ("1", "-1")
+
+    web_cpuset = host.cgroup_root / "cpuset" / web / "cpuset.cpus"
+    assert web_cpuset.read_text().strip() == "0,2-3", "CPU 1 is bound to the LSR pod"
+    listed[0] = tuple(p for p in pods if p.metadata.name != "inference")
+    clock.now += 1
+    await loop.run_once()
+    assert web_cpuset.read_text().strip() == "0-3"
 
 
 @pytest.mark.slow

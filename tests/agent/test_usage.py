@@ -213,6 +213,38 @@ def test_gone_pods_and_cgroups_are_pruned(v1: V1Tree) -> None:
     assert sampler.cgroup_cpu(other, 10) is None
 
 
+def test_the_same_pods_sampled_pass_after_pass_read_what_each_pass_asks(v1: V1Tree) -> None:
+    # Callers hand in the same (immutable) pod states every pass; what a pass reads still
+    # follows its own arguments.
+    clock = Clock()
+    sampler = usage.UsageSampler(
+        v1.host.paths, usage.HierarchyReader(v1.info), clock=clock, clock_ticks=HZ
+    )
+    pods = [_state("uid-1", POD_DIR, (_container(CONTAINER_DIR),))]
+    v1.cpuacct(POD_DIR, 0)
+    v1.memory_stat(POD_DIR, 1, 2, 3)
+    v1.cpu_stat(CONTAINER_DIR, 0, 0)
+    sampler.sample(pods, memory=False, containers=False)
+    assert sampler.memory(POD_DIR) is None
+    assert sampler.throttled_ratio(CONTAINER_DIR, 10) is None
+
+    clock.now = 1.0
+    sampler.sample(pods, memory=True, containers=False)
+    assert sampler.pod_memory("uid-1") == 6
+    assert sampler.throttled_ratio(CONTAINER_DIR, 10) is None
+
+    for step in (2, 3):
+        clock.now = float(step)
+        v1.cpu_stat(CONTAINER_DIR, step * 10, step * 5)
+        sampler.sample(pods, containers=lambda pod: pod.uid == "uid-1")
+    assert sampler.throttled_ratio(CONTAINER_DIR, 10) == pytest.approx(5 / 10)
+
+    clock.now = 4.0
+    sampler.sample(pods, memory=False, containers=False)
+    assert sampler.throttled_ratio(CONTAINER_DIR, 10) is None, "no longer asked for: forgotten"
+    assert sampler.memory(POD_DIR) is None
+
+
 def test_history_is_bounded_and_counter_resets_start_over(v1: V1Tree) -> None:
     clock = Clock()
     sampler = usage.UsageSampler(
