@@ -2,7 +2,7 @@
 
 The order is the order ``koordpy get all`` lists them. Short names come from the CRDs'
 ``names`` where they define any (PodMigrationJob ``pmj``, QueueUnit ``qu``/``qus``); the
-others follow kubectl (``po``, ``no``, ``ev``) and the upstream charts (``rsv`` for
+others follow kubectl (``po``, ``no``, ``ev``, ``cm``) and the upstream charts (``rsv`` for
 reservations, ``eq`` for elastic quotas, ``pg``/``pgs`` for pod groups). ``qu`` belongs to
 QueueUnit, as Koord-Queue prints it; Queue is reached as ``queue``/``queues``.
 """
@@ -21,6 +21,7 @@ KINDS: tuple[Kind, ...] = (
     Kind(core.Pod, "pods", namespaced=True, short_names=("po",)),
     Kind(core.Node, "nodes", namespaced=False, short_names=("no",)),
     Kind(core.Event, "events", namespaced=True, short_names=("ev",)),
+    Kind(core.ConfigMap, "configmaps", namespaced=True, short_names=("cm",)),
     Kind(core.Job, "jobs", namespaced=True),
     Kind(core.PyTorchJob, "pytorchjobs", namespaced=True),
     Kind(core.TFJob, "tfjobs", namespaced=True),

@@ -592,6 +592,9 @@ ANNOTATION_KUEUE_PODSET_UNCONSTRAINED_TOPOLOGY: Final = (
 
 #: MetaX sGPU QoS: ``fixed-share``, ``best-effort``, ``burst-share``.
 ANNOTATION_SGPU_QOS_POLICY: Final = "metax-tech.com/sgpu-qos-policy"
+#: Device annotation listing the sGPU QoS policies a MetaX node in sGPU mode accepts (comma
+#: separated); a pod asking another one does not fit there.
+ANNOTATION_SGPU_QOS_POLICIES: Final = "koordpy.io/sgpu-qos-policies"
 SGPU_QOS_POLICIES: Final = ("fixed-share", "best-effort", "burst-share")
 #: MetaX allocation ``[[{uuid, compute, vRam}]]`` (vRam in MiB).
 ANNOTATION_METAX_GPU_DEVICES_ALLOCATED: Final = "metax-tech.com/gpu-devices-allocated"

@@ -1,4 +1,4 @@
-"""Core Kubernetes kinds: Pod, Node, Event (``v1``), Job (``batch/v1``), and the Kubeflow
+"""Core Kubernetes kinds: Pod, Node, Event, ConfigMap (``v1``), Job (``batch/v1``), and the Kubeflow
 training jobs PyTorchJob and TFJob (``kubeflow.org/v1``).
 
 Every field name Kubernetes 1.24-1.35 defines is known, so a real manifest loads and a typo is
@@ -27,6 +27,7 @@ from apis.resources import ResourceList
 
 __all__ = [
     "Affinity",
+    "ConfigMap",
     "Container",
     "ContainerPort",
     "ContainerState",
@@ -537,6 +538,22 @@ class Event(Object):
     related: ObjectReference | None = None
     reporting_component: str = ""
     reporting_instance: str = ""
+
+
+# --- ConfigMap ---------------------------------------------------------------------------------
+
+
+class ConfigMap(Object):
+    """``core/v1`` ConfigMap (namespaced; ``data`` and ``binaryData`` at the top level)."""
+
+    api_version: str = "v1"
+    kind: str = "ConfigMap"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    data: dict[str, str] = msgspec.field(default_factory=dict)
+    #: Values are base64 strings, kept as written.
+    binary_data: dict[str, str] = msgspec.field(default_factory=dict)
+    #: True: ``data`` and ``binaryData`` may not change.
+    immutable: bool | None = None
 
 
 # --- batch/v1 Job ------------------------------------------------------------------------------

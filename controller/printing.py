@@ -278,6 +278,11 @@ def _event_message(event: Wire, now: datetime) -> str:
     return str(event.get("message") or "").replace("\n", " ") or NONE
 
 
+def _config_map_entries(config_map: Wire, now: datetime) -> str:
+    """How many keys ``data`` and ``binaryData`` hold together (kubectl's DATA column)."""
+    return str(len(config_map.get("data") or {}) + len(config_map.get("binaryData") or {}))
+
+
 def _job_completions(job: Wire, now: datetime) -> str:
     completions = _get(job, "spec.completions")
     succeeded = _get(job, "status.succeeded") or 0
@@ -328,6 +333,11 @@ _TABLES: dict[str, tuple[Column, ...]] = {
         Column("SOURCE", _field("source.component"), wide=True),
         Column("COUNT", _number("count", "1"), wide=True),
         Column("MESSAGE", _event_message),
+    ),
+    "ConfigMap": (
+        _NAME,
+        Column("DATA", _config_map_entries),
+        _AGE,
     ),
     "batch/Job": (
         _NAME,

@@ -47,7 +47,7 @@ MIB: Final = 1 << 20
 
 #: Device annotation listing the sGPU QoS policies a MetaX node in sGPU mode accepts (the pod
 #: annotation ``metax-tech.com/sgpu-qos-policy`` picks one).
-ANNOTATION_SGPU_QOS_POLICIES: Final = "koordpy.io/sgpu-qos-policies"
+ANNOTATION_SGPU_QOS_POLICIES: Final = k.ANNOTATION_SGPU_QOS_POLICIES
 
 _UUIDS = uuid.UUID("6f1d6a52-8f0e-4d7b-9a51-6b1b3c2f4e10")
 

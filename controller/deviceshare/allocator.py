@@ -358,9 +358,18 @@ def _one_type(ctx: _Context, wanted: TypeRequest) -> tuple[AllocatedDevice, ...]
 
 def _node_checks(ctx: _Context) -> Rejection | None:
     gpu = ctx.request.gpu
+    state = ctx.state
+    qos = ctx.request.sgpu_qos_policy
+    if (
+        gpu is not None
+        and qos
+        and state.vendor == k.GPU_VENDOR_METAX
+        and state.sgpu_qos_policies is not None
+        and qos not in state.sgpu_qos_policies
+    ):
+        return Rejection.unschedulable(f'node(s) didn\'t support MetaX sGPU QoS policy "{qos}"')
     if gpu is None or not gpu.shared:
         return None
-    state = ctx.state
     if ctx.args.share_unsupported(state.vendor, state.model):
         return Rejection.unresolvable(
             f'model "{state.model}" of vendor "{state.vendor}" does not support GPU Share'

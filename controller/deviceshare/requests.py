@@ -208,6 +208,8 @@ class DeviceRequest:
     designated: Allocation | None = None
     #: Pod label ``koordinator.sh/gpu-isolation-provider``.
     isolation_provider: str = ""
+    #: Pod annotation ``metax-tech.com/sgpu-qos-policy`` (one of ``SGPU_QOS_POLICIES``).
+    sgpu_qos_policy: str = ""
 
     @property
     def empty(self) -> bool:
@@ -383,6 +385,12 @@ def prepare(
     A pod asking for no device gets an empty request (:attr:`DeviceRequest.empty`).
     """
     requests = pod_requests(pod).nonzero()
+    qos = pod.annotations.get(k.ANNOTATION_SGPU_QOS_POLICY, "")
+    if qos and qos not in k.SGPU_QOS_POLICIES:
+        return Rejection.unresolvable(
+            f'invalid annotation {k.ANNOTATION_SGPU_QOS_POLICY}: "{qos}"'
+            f" (want one of {', '.join(k.SGPU_QOS_POLICIES)})"
+        )
     try:
         hints, joint, partition, designated = _annotations(pod)
         types: dict[str, TypeRequest] = {}
@@ -420,4 +428,5 @@ def prepare(
         partition=partition,
         designated=designated,
         isolation_provider=pod.labels.get(k.LABEL_GPU_ISOLATION_PROVIDER, ""),
+        sgpu_qos_policy=qos,
     )

@@ -29,6 +29,7 @@ from controller.deviceshare.annotation import (
 )
 
 __all__ = [
+    "ANNOTATION_SGPU_QOS_POLICIES",
     "BUILTIN_PARTITION_MODELS",
     "DeviceSlot",
     "GPUPartition",
@@ -46,6 +47,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+#: Device annotation the node agent writes on a MetaX node: the sGPU QoS policies its cards
+#: support, comma-separated (a pod's ``metax-tech.com/sgpu-qos-policy`` must be one of them).
+ANNOTATION_SGPU_QOS_POLICIES: Final = k.ANNOTATION_SGPU_QOS_POLICIES
 
 _NOTHING: Final = ResourceList()
 _RATIO: Final = k.RESOURCE_GPU_MEMORY_RATIO
@@ -191,6 +196,8 @@ class NodeDeviceState:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: The Device's own GPU partition table, if it gives one.
     partitions: PartitionTable | None = None
+    #: The MetaX sGPU QoS policies the node's cards support; None: the Device names none.
+    sgpu_qos_policies: frozenset[str] | None = None
 
     @property
     def vendor(self) -> str:
@@ -341,8 +348,12 @@ def node_state(
     labels = dict(node_labels or {})
     slots: list[DeviceSlot] = []
     partitions = None
+    qos_policies = None
     if device is not None:
         labels.update(device.metadata.labels)
+        listed = device.metadata.annotations.get(ANNOTATION_SGPU_QOS_POLICIES)
+        if listed is not None:
+            qos_policies = frozenset(p.strip() for p in listed.split(",") if p.strip())
         text = device.metadata.annotations.get(k.ANNOTATION_GPU_PARTITIONS, "")
         if text:
             try:
@@ -356,6 +367,7 @@ def node_state(
         devices=tuple(slots),
         labels=labels,
         partitions=partitions,
+        sgpu_qos_policies=qos_policies,
     )
     held: dict[str, list[AllocatedDevice]] = {}
     for pod in pods:

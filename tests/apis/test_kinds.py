@@ -106,6 +106,9 @@ def test_no_name_is_shared_between_kinds() -> None:
         ("Pod", "Pod"),
         ("no", "Node"),
         ("ev", "Event"),
+        ("cm", "ConfigMap"),
+        ("configmaps", "ConfigMap"),
+        ("configmap", "ConfigMap"),
         ("jobs", "batch/Job"),
         ("jobs.batch", "batch/Job"),
         ("devices", "scheduling.koordinator.sh/Device"),
@@ -141,6 +144,7 @@ def test_scopes() -> None:
     assert namespaced == {
         "Pod",
         "Event",
+        "ConfigMap",
         "Job",
         "PyTorchJob",
         "TFJob",

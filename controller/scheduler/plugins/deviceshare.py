@@ -30,12 +30,22 @@ state and calls the core where it must:
   vendor device-plugin annotations and labels. (The vendor plugins' node lock is not taken:
   koordpy's nodes run no vendor device plugin.)
 
-GPU shared-resource templates are not read from a ConfigMap yet (koordpy's store has no
-ConfigMap kind): a share that needs a template is refused as the core refuses it without one.
+GPU shared-resource templates (Ascend vNPU shapes) come from the ConfigMap the args name
+(``koordinator-system/gpu-shared-resource-templates``, key ``data.yaml``), read at **sync**:
+a changed ConfigMap answers True (parked pods may now match a template); one whose
+``data.yaml`` cannot be read is logged and the last good templates stay; no ConfigMap, no
+templates (a share that needs one is refused).
+
+MetaX sGPU QoS: a pod's ``metax-tech.com/sgpu-qos-policy`` must be one of the three
+policies (the core refuses it at PreFilter otherwise), and a MetaX node whose Device lists
+the policies its cards support takes only those. The policy is not copied into
+``metax-tech.com/gpu-devices-allocated`` (its entries hold uuid, compute and vRam only): it
+stays on the pod, where MetaX's device plugin reads it.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +55,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from apis import constants as k
-from apis.core import Pod
+from apis.core import ConfigMap, Pod
 from apis.kinds import default_registry
 from apis.resources import ResourceList
 from apis.scheduling import Device
@@ -71,7 +81,13 @@ from controller.deviceshare.args import (
 )
 from controller.deviceshare.requests import ERROR, UNSCHEDULABLE
 from controller.deviceshare.state import mark_unhealthy, pod_allocation
-from controller.deviceshare.templates import NO_TEMPLATES, needs_template
+from controller.deviceshare.templates import (
+    NO_TEMPLATES,
+    SharedTemplates,
+    TemplateError,
+    needs_template,
+    parse_templates,
+)
 from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable, is_assigned
 from controller.scheduler.podinfo import PodInfo, pod_key
@@ -97,6 +113,7 @@ _DEVICE_ANNOTATIONS: Final = frozenset(
         k.ANNOTATION_DEVICE_JOINT_ALLOCATE,
         k.ANNOTATION_GPU_PARTITION_SPEC,
         k.ANNOTATION_DEVICE_ALLOCATED,
+        k.ANNOTATION_SGPU_QOS_POLICY,
     }
 )
 
@@ -106,6 +123,7 @@ _EXACT_LIMIT: Final = 2**50 // 100
 #: PreFilter answers remembered before the memo starts afresh.
 _MEMO_LIMIT: Final = 4096
 _REGISTRY: Final = default_registry()
+_log = logging.getLogger(__name__)
 
 
 class DeviceSharePluginArgs(DeviceShareArgs, fw.PluginArgs):
@@ -364,7 +382,9 @@ class DeviceShare:
         self._weights = strategy.weights
         self._most = strategy.type == MOST_ALLOCATED
         self._names = tuple(sorted(_PLAIN | self._weights.keys()))
-        self._templates = NO_TEMPLATES
+        self._templates: SharedTemplates = NO_TEMPLATES
+        #: The templates ConfigMap last read (None: there was none).
+        self._templates_source: ConfigMap | None = None
         #: node -> its Device (the last one seen when it is gone).
         self._devices: dict[str, Device] = {}
         #: Nodes whose Device went away: their devices stay, unhealthy.
@@ -416,12 +436,39 @@ class DeviceShare:
         for row, name in enumerate(table.names):
             self._arrays.fill(row, self.state(name), self.args)
 
+    def _sync_templates(self, snapshot: Snapshot) -> bool:
+        """Read the templates ConfigMap; True when the templates changed."""
+        config = self.args.gpu_shared_resource_templates_config
+        found = snapshot.get(
+            _REGISTRY.for_type(ConfigMap), config.config_map_name, config.config_map_namespace
+        )
+        source = cast("ConfigMap | None", found)
+        if source is self._templates_source:
+            return False
+        self._templates_source = source
+        try:
+            templates = NO_TEMPLATES if source is None else parse_templates(source.data)
+        except TemplateError as err:
+            _log.warning(
+                "ConfigMap %s/%s: keeping the last good GPU shared resource templates: %s",
+                config.config_map_namespace,
+                config.config_map_name,
+                err,
+            )
+            return False
+        if templates == self._templates:
+            return False
+        self._templates = templates
+        # PreFilter's remembered answers were given against the old templates.
+        self._prepared.clear()
+        return True
+
     def sync(self, snapshot: Snapshot, table: NodeTable) -> bool:
         registry = _REGISTRY
         devices = snapshot.objects(registry.for_type(Device))
         pods = snapshot.objects(registry.for_type(Pod))
         dirty: set[str] = set()
-        changed = False
+        changed = self._sync_templates(snapshot)
         if devices is not self._device_view:
             self._device_view = devices
             seen: set[str] = set()

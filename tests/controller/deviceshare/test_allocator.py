@@ -35,7 +35,12 @@ from controller.deviceshare.requests import (
     Rejection,
     prepare,
 )
-from controller.deviceshare.state import NodeDeviceState, apply, node_state
+from controller.deviceshare.state import (
+    ANNOTATION_SGPU_QOS_POLICIES,
+    NodeDeviceState,
+    apply,
+    node_state,
+)
 from controller.deviceshare.templates import NO_TEMPLATES, SharedTemplates, parse_templates
 from tests.controller.deviceshare.builders import GIB, device, gpu, h100_node, npu, pod, rdma
 
@@ -768,3 +773,54 @@ def test_no_numa_hints_without_numa_information_or_when_disabled() -> None:
     assert numa_hints(request, node_state(device([gpu(0)]))) == ()
     disabled = DeviceShareArgs(disable_device_numa_topology_alignment=True)
     assert numa_hints(request, _h100(), args=disabled) == ()
+
+
+def _metax_listing(policies: str | None) -> NodeDeviceState:
+    found = device(
+        [gpu(m, memory=64 * GIB, extra={k.RESOURCE_METAX_SGPU: 16}) for m in range(2)],
+        vendor=k.GPU_VENDOR_METAX,
+        model="C500",
+    )
+    if policies is not None:
+        meta = msgspec.structs.replace(
+            found.metadata, annotations={ANNOTATION_SGPU_QOS_POLICIES: policies}
+        )
+        found = msgspec.structs.replace(found, metadata=meta)
+    return node_state(found)
+
+
+@pytest.mark.parametrize(
+    ("policies", "policy", "fits"),
+    [
+        (None, "best-effort", True),
+        ("fixed-share,best-effort,burst-share", "best-effort", True),
+        ("fixed-share", "fixed-share", True),
+        ("fixed-share", "burst-share", False),
+        ("fixed-share", "", True),
+    ],
+)
+def test_metax_nodes_take_only_the_sgpu_qos_policies_they_list(
+    policies: str | None, policy: str, fits: bool
+) -> None:
+    requests = {
+        k.RESOURCE_GPU_SHARED: "1",
+        k.RESOURCE_GPU_CORE: "10",
+        k.RESOURCE_GPU_MEMORY: "1Gi",
+        k.RESOURCE_METAX_SGPU: "1",
+    }
+    request = prepare(pod(requests, annotations={k.ANNOTATION_SGPU_QOS_POLICY: policy}))
+    assert isinstance(request, DeviceRequest)
+    answer = allocate(request, _metax_listing(policies))
+    if fits:
+        assert isinstance(answer, Allocation)
+    else:
+        assert answer == Rejection.unschedulable(
+            f'node(s) didn\'t support MetaX sGPU QoS policy "{policy}"'
+        )
+
+
+def test_the_listed_sgpu_qos_policies_are_read_from_the_device() -> None:
+    assert _metax_listing(None).sgpu_qos_policies is None
+    listed = _metax_listing(" fixed-share , burst-share,").sgpu_qos_policies
+    assert listed == frozenset({"fixed-share", "burst-share"})
+    assert _metax_listing("").sgpu_qos_policies == frozenset()

@@ -327,3 +327,28 @@ def test_isolation_provider_label_is_carried() -> None:
     result = prepare(pod({GPU: "50"}, labels={k.LABEL_GPU_ISOLATION_PROVIDER: "HAMi-core"}))
     assert isinstance(result, DeviceRequest)
     assert result.isolation_provider == "HAMi-core"
+
+
+@pytest.mark.parametrize(
+    ("annotation", "carried"),
+    [
+        ("fixed-share", "fixed-share"),
+        ("best-effort", "best-effort"),
+        ("burst-share", "burst-share"),
+        ("", ""),
+    ],
+)
+def test_sgpu_qos_policy_is_carried(annotation: str, carried: str) -> None:
+    wanted = pod({GPU: "50"}, annotations={k.ANNOTATION_SGPU_QOS_POLICY: annotation})
+    result = prepare(wanted)
+    assert isinstance(result, DeviceRequest)
+    assert result.sgpu_qos_policy == carried
+
+
+@pytest.mark.parametrize("annotation", ["fixed", "FIXED-SHARE", "guaranteed"])
+def test_an_unknown_sgpu_qos_policy_is_unresolvable(annotation: str) -> None:
+    wanted = pod({GPU: "50"}, annotations={k.ANNOTATION_SGPU_QOS_POLICY: annotation})
+    assert prepare(wanted) == Rejection.unresolvable(
+        f'invalid annotation metax-tech.com/sgpu-qos-policy: "{annotation}"'
+        " (want one of fixed-share, best-effort, burst-share)"
+    )

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from apis import constants as k
+from apis.codec import decode_documents
+from apis.core import ConfigMap
 from apis.resources import ResourceList
 from controller.deviceshare.templates import TemplateError, parse_templates
 from tests.controller.deviceshare.builders import GIB
@@ -73,3 +77,34 @@ def test_bad_documents_name_the_place(text: str, message: str) -> None:
     with pytest.raises(TemplateError) as caught:
         parse_templates({"data.yaml": text})
     assert message in str(caught.value)
+
+
+def test_the_example_configmap_holds_the_ascend_vnpu_templates(repo_root: Path) -> None:
+    path = repo_root / "examples" / "ascend-vnpu.yaml"
+    [config_map] = [
+        o for o in decode_documents(path.read_text(), source=str(path)) if isinstance(o, ConfigMap)
+    ]
+    assert (config_map.namespace, config_map.name) == (
+        "koordinator-system",
+        "gpu-shared-resource-templates",
+    )
+    templates = parse_templates(config_map.data)
+    shapes = ("vir01", "vir02", "vir02_1c", "vir04", "vir04_3c")
+    for model in ("Ascend-310P3", k.MODEL_ASCEND_310P3_300I_DUO):
+        assert tuple(templates.for_model(k.GPU_VENDOR_HUAWEI, model)) == shapes
+    assert templates.for_model(k.GPU_VENDOR_HUAWEI, "Ascend-910B3") == {
+        "vir05_1c_16g": ResourceList(
+            {
+                k.RESOURCE_HUAWEI_NPU_CORE: 5,
+                k.RESOURCE_HUAWEI_NPU_CPU: 1,
+                k.RESOURCE_GPU_MEMORY: 16 * GIB,
+            }
+        ),
+        "vir10_3c_32g": TEN,
+    }
+    vir04_3c = {
+        k.RESOURCE_HUAWEI_NPU_CORE: 4,
+        k.RESOURCE_HUAWEI_NPU_CPU: 3,
+        k.RESOURCE_GPU_MEMORY: 12 * GIB,
+    }
+    assert templates.matching(k.GPU_VENDOR_HUAWEI, "Ascend-310P3", vir04_3c) == ("vir04_3c",)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -14,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apis import constants as k
-from apis.core import Container, Node, Pod, PodSpec, ResourceRequirements
+from apis.codec import decode_documents
+from apis.core import ConfigMap, Container, Node, Pod, PodSpec, ResourceRequirements
 from apis.meta import Object, ObjectMeta
 from apis.resources import ResourceList
 from apis.scheduling import Device
@@ -26,6 +28,7 @@ from controller.deviceshare import (
     prepare,
     score_node,
 )
+from controller.deviceshare.state import ANNOTATION_SGPU_QOS_POLICIES
 from controller.loops import LoopContext
 from controller.scheduler import framework as fw
 from controller.scheduler.cycle import schedule_one
@@ -44,7 +47,7 @@ from controller.scheduler.profile import (
 )
 from controller.snapshots import Snapshot
 from controller.store import Store
-from tests.controller.deviceshare.builders import GIB, device, gpu, h100_node
+from tests.controller.deviceshare.builders import GIB, device, gpu, h100_node, npu
 from tests.controller.scheduler import make_node
 
 NOW = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
@@ -521,3 +524,228 @@ def test_placed_shares_never_overcommit_a_card(
         ]
         scores = plugin.score(state, PodInfo.of(probe, table), table, table.all_rows)
         assert scores.tolist() == [score_node(request, one) for one in states]
+
+
+# --- GPU shared-resource templates from the ConfigMap -----------------------------------------
+
+_TEMPLATES_YAML = """\
+huawei-Ascend-910B3:
+  vir05_1c_16g: {huawei.com/npu-core: 5, huawei.com/npu-cpu: 1, koordinator.sh/gpu-memory: 16Gi}
+  vir10_3c_32g: {huawei.com/npu-core: 10, huawei.com/npu-cpu: 3, koordinator.sh/gpu-memory: 32Gi}
+"""
+_VIR05 = {
+    k.RESOURCE_GPU_SHARED: "1",
+    k.RESOURCE_HUAWEI_NPU_CORE: "5",
+    k.RESOURCE_HUAWEI_NPU_CPU: "1",
+    k.RESOURCE_GPU_MEMORY: "16Gi",
+}
+
+
+def templates_map(
+    data: Mapping[str, str],
+    *,
+    name: str = "gpu-shared-resource-templates",
+    namespace: str = "koordinator-system",
+) -> ConfigMap:
+    return ConfigMap(metadata=ObjectMeta(name=name, namespace=namespace), data=dict(data))
+
+
+def npu_node(name: str, *, cards: int, aicore: int, aicpu: int, memory: int) -> Node:
+    """A node advertising ``cards`` NPUs' worth of the device resources."""
+    extra = {
+        k.RESOURCE_GPU_SHARED: 100 * cards,
+        k.RESOURCE_HUAWEI_NPU_CORE: aicore * cards,
+        k.RESOURCE_HUAWEI_NPU_CPU: aicpu * cards,
+        k.RESOURCE_HUAWEI_NPU_DVPP: 100 * cards,
+        k.RESOURCE_GPU_MEMORY: memory * cards,
+        k.RESOURCE_GPU_MEMORY_RATIO: 100 * cards,
+    }
+    return make_node(name, cpu=64_000, memory=256 * GIB, extra=extra)
+
+
+def ascend_910b3(node: str) -> Device:
+    return device(
+        [npu(m) for m in range(2)], node=node, vendor=k.GPU_VENDOR_HUAWEI, model="Ascend-910B3"
+    )
+
+
+def test_sync_reads_the_templates_configmap_and_answers_true_when_it_changes() -> None:
+    plugin = DeviceShare(DeviceSharePluginArgs())
+    table = NodeTable(nodes("n1"), [])
+    pod = PodInfo.of(gpu_pod(_VIR05), table)
+    without = plugin.pre_filter(fw.CycleState(), pod, table)
+    assert without.code is fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert without.message == "no matched GPU shared resource template"
+
+    objects: list[Object] = [ascend_910b3("n1"), templates_map({"data.yaml": _TEMPLATES_YAML})]
+    assert plugin.sync(snap(objects), table) is True
+    assert plugin.pre_filter(fw.CycleState(), pod, table).is_success  # not the memo's answer
+    assert plugin.sync(snap(objects), table) is False  # same content: nothing to retry
+    # A ConfigMap of another name is not read.
+    assert plugin.sync(snap([objects[0], templates_map({}, name="other")]), table) is True
+    assert not plugin.pre_filter(fw.CycleState(), pod, table).is_success
+
+
+def test_sync_reads_the_configmap_the_args_name() -> None:
+    args = msgspec.convert(
+        {
+            "gpuSharedResourceTemplatesConfig": {
+                "configMapNamespace": "npu",
+                "configMapName": "vnpu-shapes",
+            }
+        },
+        DeviceSharePluginArgs,
+    )
+    plugin = DeviceShare(args)
+    table = NodeTable(nodes("n1"), [])
+    default_place = templates_map({"data.yaml": _TEMPLATES_YAML})
+    assert plugin.sync(snap([default_place]), table) is False
+    named = templates_map({"data.yaml": _TEMPLATES_YAML}, name="vnpu-shapes", namespace="npu")
+    assert plugin.sync(snap([named]), table) is True
+    assert plugin.pre_filter(fw.CycleState(), PodInfo.of(gpu_pod(_VIR05), table), table).is_success
+
+
+def test_a_bad_templates_document_is_logged_and_the_last_good_one_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    plugin = DeviceShare(DeviceSharePluginArgs())
+    table = NodeTable(nodes("n1"), [])
+    assert plugin.sync(snap([templates_map({"data.yaml": _TEMPLATES_YAML})]), table) is True
+    bad = templates_map({"data.yaml": "huawei-Ascend-910B3: [not, a, map]\n"})
+    with caplog.at_level("WARNING"):
+        assert plugin.sync(snap([bad]), table) is False
+    (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    message = record.getMessage()
+    assert "koordinator-system/gpu-shared-resource-templates" in message
+    assert "huawei-Ascend-910B3: expected a map of template name to resources" in message
+    assert plugin.pre_filter(fw.CycleState(), PodInfo.of(gpu_pod(_VIR05), table), table).is_success
+
+
+def _example(repo_root: Path, name: str) -> list[Object]:
+    path = repo_root / "examples" / name
+    return decode_documents(path.read_text(), source=str(path))
+
+
+def test_loop_places_the_example_vnpu_pod_once_the_templates_arrive(
+    store: Store, repo_root: Path
+) -> None:
+    objects = _example(repo_root, "ascend-vnpu.yaml")
+    [config_map] = [o for o in objects if isinstance(o, ConfigMap)]
+    [pod] = [o for o in objects if isinstance(o, Pod)]
+    store.create(npu_node("duo-1", cards=8, aicore=8, aicpu=7, memory=24 * GIB))
+    store.create(
+        device(
+            [npu(m, aicore=8, aicpu=7, memory=24 * GIB) for m in range(8)],
+            node="duo-1",
+            vendor=k.GPU_VENDOR_HUAWEI,
+            model=k.MODEL_ASCEND_310P3_300I_DUO,
+        )
+    )
+    store.create(pod)
+    loop = SchedulerLoop()
+    ctx = LoopContext(store=store, now=lambda: NOW)
+    loop.reconcile(ctx)
+    parked = _get(store, pod.name)
+    assert parked.spec.node_name == ""
+    assert _message(parked) == "0/1 nodes are available: no matched GPU shared resource template."
+
+    store.create(config_map)
+    loop.reconcile(ctx)  # the ConfigMap changed: the parked pod goes back to the queue
+    ctx = LoopContext(store=store, now=lambda: NOW + timedelta(seconds=10))
+    loop.reconcile(ctx)
+    placed = _get(store, pod.name)
+    assert placed.spec.node_name == "duo-1"
+    allocation = json.loads(placed.annotations[k.ANNOTATION_DEVICE_ALLOCATED])
+    (entry,) = allocation[k.DEVICE_TYPE_GPU]
+    assert entry["extension"] == {"gpuSharedResourceTemplate": "vir04_3c"}
+    assert entry["resources"][k.RESOURCE_HUAWEI_NPU_CORE] == "4"
+    assert entry["resources"][k.RESOURCE_HUAWEI_NPU_CPU] == "3"
+
+
+# --- MetaX sGPU QoS ---------------------------------------------------------------------------
+
+_SGPU = {
+    k.RESOURCE_GPU_SHARED: "1",
+    k.RESOURCE_GPU_CORE: "10",
+    k.RESOURCE_GPU_MEMORY: "1Gi",
+    k.RESOURCE_METAX_SGPU: "1",
+}
+
+
+def metax(node: str, policies: str | None) -> Device:
+    found = device(
+        [gpu(m, memory=64 * GIB, extra={k.RESOURCE_METAX_SGPU: 16}) for m in range(2)],
+        node=node,
+        vendor=k.GPU_VENDOR_METAX,
+        model="C500",
+    )
+    if policies is None:
+        return found
+    meta = msgspec.structs.replace(
+        found.metadata, annotations={ANNOTATION_SGPU_QOS_POLICIES: policies}
+    )
+    return msgspec.structs.replace(found, metadata=meta)
+
+
+@pytest.mark.parametrize("policy", ["", "fixed", "Best-Effort", "burst"])
+def test_an_unknown_sgpu_qos_policy_is_refused_at_pre_filter(policy: str) -> None:
+    plugin, table = synced([metax("m1", None)], nodes("m1", gpus=2))
+    annotations = {k.ANNOTATION_SGPU_QOS_POLICY: policy}
+    status, _, _ = run_filter(plugin, table, gpu_pod(_SGPU, annotations=annotations))
+    if not policy:
+        assert status.is_success  # an empty annotation asks for no policy
+        return
+    assert status.code is fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert status.message == (
+        f'invalid annotation {k.ANNOTATION_SGPU_QOS_POLICY}: "{policy}"'
+        " (want one of fixed-share, best-effort, burst-share)"
+    )
+
+
+def test_an_sgpu_qos_policy_is_refused_even_without_device_requests() -> None:
+    plugin, table = synced([metax("m1", None)], nodes("m1", gpus=2))
+    pod = gpu_pod({}, annotations={k.ANNOTATION_SGPU_QOS_POLICY: "gold"})
+    status, _, _ = run_filter(plugin, table, pod)
+    assert status.code is fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+
+
+@pytest.mark.parametrize(
+    ("policies", "policy", "passes"),
+    [
+        (None, "burst-share", True),  # the Device lists none: any policy
+        ("fixed-share,best-effort,burst-share", "burst-share", True),
+        ("fixed-share, best-effort", "best-effort", True),
+        ("fixed-share", "best-effort", False),
+        ("", "fixed-share", False),  # listed, but empty: none supported
+        ("fixed-share", "", True),  # the pod asks for no policy
+    ],
+)
+def test_a_metax_node_takes_only_the_sgpu_qos_policies_its_device_lists(
+    policies: str | None, policy: str, passes: bool
+) -> None:
+    objects = [metax("m1", policies), metax("m2", "fixed-share,best-effort,burst-share")]
+    plugin, table = synced(objects, nodes("m1", "m2", gpus=2))
+    annotations = {k.ANNOTATION_SGPU_QOS_POLICY: policy} if policy else {}
+    status, result, _ = run_filter(plugin, table, gpu_pod(_SGPU, annotations=annotations))
+    assert status.is_success
+    assert result is not None
+    assert result.passed.tolist() == [passes, True]
+    if not passes:
+        (rejection,) = result.rejections
+        assert rejection.code is fw.Code.UNSCHEDULABLE
+        assert rejection.reason == f'node(s) didn\'t support MetaX sGPU QoS policy "{policy}"'
+        assert rejection.rows.tolist() == [0]
+
+
+def test_the_sgpu_qos_policy_stays_on_the_pod_not_in_the_metax_adapter_annotation() -> None:
+    args = DeviceSharePluginArgs(device_plugin_adaption=True)
+    plugin, table = synced([metax("m1", "fixed-share")], nodes("m1", gpus=2), args)
+    pod = gpu_pod(_SGPU, annotations={k.ANNOTATION_SGPU_QOS_POLICY: "fixed-share"})
+    _, result, state = run_filter(plugin, table, pod)
+    assert result is not None
+    info = PodInfo.of(pod, table)
+    assert plugin.reserve(state, info, table, 0).is_success
+    written = plugin.pre_bind(state, info, table, 0).annotations
+    [[entry]] = json.loads(written[k.ANNOTATION_METAX_GPU_DEVICES_ALLOCATED])
+    assert set(entry) == {"uuid", "compute", "vRam"}
+    assert k.ANNOTATION_SGPU_QOS_POLICY not in written
