@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from apis.core import (
     Affinity,
@@ -26,6 +27,18 @@ from apis.meta import ObjectMeta
 from apis.resources import ResourceList
 
 GI = 1 << 30
+
+
+class Clock:
+    """A settable clock for the store and the loops (tests move ``now`` by hand)."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
 MI = 1 << 20
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import msgspec
 import pytest
@@ -23,7 +22,7 @@ from controller.scheduler.profile import (
     build_profile,
 )
 from controller.store import Store
-from tests.controller.scheduler import make_node, make_pod
+from tests.controller.scheduler import Clock, make_node, make_pod
 
 GANG_PROFILE = ProfileConfig(
     pre_filter=("Coscheduling",),
@@ -34,25 +33,6 @@ GANG_PROFILE = ProfileConfig(
     permit=("Coscheduling",),
     pre_bind=("Coscheduling",),
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(clock: Clock) -> Iterator[Store]:
-    with Store(clock=clock) as opened:
-        yield opened
 
 
 def gang_pod(

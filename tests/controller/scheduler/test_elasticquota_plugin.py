@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -32,7 +31,7 @@ from controller.scheduler.profile import (
     build_profile,
 )
 from controller.store import Store
-from tests.controller.scheduler import GI, make_node, make_pod
+from tests.controller.scheduler import GI, Clock, make_node, make_pod
 
 QUOTA_PROFILE = ProfileConfig(
     pre_filter=("Coscheduling", "ElasticQuota"),
@@ -41,25 +40,6 @@ QUOTA_PROFILE = ProfileConfig(
     reserve=("Coscheduling", "ElasticQuota"),
     permit=("Coscheduling",),
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(clock: Clock) -> Iterator[Store]:
-    with Store(clock=clock) as opened:
-        yield opened
 
 
 def quota(name: str, namespace: str, **max_: int) -> ElasticQuotaObject:

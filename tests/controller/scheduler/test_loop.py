@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import msgspec
 import numpy as np
@@ -24,26 +23,7 @@ from controller.scheduler.scheduling_queue import Where
 from controller.simulate import simulate
 from controller.snapshots import Snapshot
 from controller.store import Store
-from tests.controller.scheduler import GI, make_node, make_pod
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(clock: Clock) -> Iterator[Store]:
-    with Store(clock=clock) as opened:
-        yield opened
+from tests.controller.scheduler import GI, Clock, make_node, make_pod
 
 
 def _pod(store: Store, name: str, namespace: str = "default") -> Pod:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import msgspec
 import pytest
@@ -14,31 +13,12 @@ from controller.loops import LoopContext
 from controller.scheduler.loop import POD_SCHEDULED, SchedulerLoop
 from controller.scheduler.profile import ProfileConfig, build_profile
 from controller.store import Store
-from tests.controller.scheduler import make_node, make_pod
+from tests.controller.scheduler import Clock, make_node, make_pod
 
 PREEMPTING = ProfileConfig(
     filter=("NodeUnschedulable", "NodeAffinity", "NodeResourcesFit"),
     post_filter=("DefaultPreemption",),
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(clock: Clock) -> Iterator[Store]:
-    with Store(clock=clock) as opened:
-        yield opened
 
 
 def _pod(store: Store, name: str) -> Pod | None:
