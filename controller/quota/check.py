@@ -391,60 +391,55 @@ def check_pod(
         )
     request = pod_requests(pod) if request is None else request
     usage = ledger.usage(name)
-    limit = _limit(name, quota, limits, args)
-    exceeded = exceeded_dimensions(_with_request(usage.used, request), limit)
-    if exceeded:
-        return QuotaCheck(
-            verdict=Verdict.UNSCHEDULABLE,
-            quota=name,
-            exceeded=exceeded,
-            message=_insufficient(
-                f"Insufficient quotas, quotaName: {name}",
-                limit=("runtime", limit),
-                used=("used", usage.used),
-                request=request,
-                exceeded=exceeded,
-            ),
+    refused = _refusal(
+        name,
+        f"Insufficient quotas, quotaName: {name}",
+        limit=("runtime", _limit(name, quota, limits, args)),
+        used=("used", usage.used),
+        request=request,
+    )
+    if refused is None and is_non_preemptible(pod):
+        refused = _refusal(
+            name,
+            f"Insufficient non-preemptible quotas, quotaName: {name}",
+            limit=("min", quota.spec.min),
+            used=("nonPreemptibleUsed", usage.non_preemptible_used),
+            request=request,
         )
-    if is_non_preemptible(pod):
-        floor = quota.spec.min
-        pinned = usage.non_preemptible_used
-        exceeded = exceeded_dimensions(_with_request(pinned, request), floor)
-        if exceeded:
-            return QuotaCheck(
-                verdict=Verdict.UNSCHEDULABLE,
-                quota=name,
-                exceeded=exceeded,
-                message=_insufficient(
-                    f"Insufficient non-preemptible quotas, quotaName: {name}",
-                    limit=("min", floor),
-                    used=("nonPreemptibleUsed", pinned),
-                    request=request,
-                    exceeded=exceeded,
-                ),
-            )
-    if args.enable_check_parent_quota:
+    if refused is None and args.enable_check_parent_quota:
         topology = [name]
         for ancestor in index.ancestors(name):
             topology.insert(0, ancestor)
-            ancestor_quota = index.by_name[ancestor]
-            used = ledger.subtree_used(ancestor, index)
-            ancestor_limit = _limit(ancestor, ancestor_quota, limits, args)
-            exceeded = exceeded_dimensions(_with_request(used, request), ancestor_limit)
-            if exceeded:
-                return QuotaCheck(
-                    verdict=Verdict.UNSCHEDULABLE,
-                    quota=name,
-                    exceeded=exceeded,
-                    message=_insufficient(
-                        f"Insufficient quotas, quotaNameTopo: {_dimensions(topology)}",
-                        limit=("runtime", ancestor_limit),
-                        used=("used", used),
-                        request=request,
-                        exceeded=exceeded,
-                    ),
-                )
-    return QuotaCheck(verdict=Verdict.SUCCESS, quota=name)
+            refused = _refusal(
+                name,
+                f"Insufficient quotas, quotaNameTopo: {_dimensions(topology)}",
+                limit=("runtime", _limit(ancestor, index.by_name[ancestor], limits, args)),
+                used=("used", ledger.subtree_used(ancestor, index)),
+                request=request,
+            )
+            if refused is not None:
+                break
+    return refused if refused is not None else QuotaCheck(verdict=Verdict.SUCCESS, quota=name)
+
+
+def _refusal(
+    name: str,
+    head: str,
+    *,
+    limit: tuple[str, ResourceList],
+    used: tuple[str, ResourceList],
+    request: ResourceList,
+) -> QuotaCheck | None:
+    """Unschedulable when ``used + request`` exceeds ``limit`` in a dimension, else None."""
+    exceeded = exceeded_dimensions(_with_request(used[1], request), limit[1])
+    if not exceeded:
+        return None
+    return QuotaCheck(
+        verdict=Verdict.UNSCHEDULABLE,
+        quota=name,
+        exceeded=exceeded,
+        message=_insufficient(head, limit=limit, used=used, request=request, exceeded=exceeded),
+    )
 
 
 # --- the PostFilter rule -------------------------------------------------------------------------
