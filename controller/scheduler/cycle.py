@@ -171,13 +171,8 @@ def _schedule(profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleS
             break
         if plugin.name in skipped:
             continue
-        try:
-            result = plugin.filter(state, pod, table, candidates)
-        except Exception as err:
-            raise _call_failed(plugin.name, err) from err
+        result = _filter(plugin, state, pod, table, candidates)
         for rejection in result.rejections:
-            if rejection.code is fw.Code.ERROR:
-                raise _PluginFailedError(fw.Status(fw.Code.ERROR, (rejection.reason,), plugin.name))
             per_plugin = counts.setdefault(plugin.name, {})
             seen = per_plugin.get(rejection.reason, 0)
             per_plugin[rejection.reason] = seen + len(rejection.rows)
@@ -231,6 +226,24 @@ def _rows_of(candidates: fw.Mask) -> fw.Rows:
     return rows
 
 
+def _filter(
+    plugin: fw.FilterPlugin,
+    state: fw.CycleState,
+    pod: PodInfo,
+    table: NodeTable,
+    candidates: fw.Mask,
+) -> fw.FilterResult:
+    """One Filter call; a plugin that raises, or rejects with Error, fails the attempt."""
+    try:
+        result = plugin.filter(state, pod, table, candidates)
+    except Exception as err:
+        raise _call_failed(plugin.name, err) from err
+    for rejection in result.rejections:
+        if rejection.code is fw.Code.ERROR:
+            raise _PluginFailedError(fw.Status(fw.Code.ERROR, (rejection.reason,), plugin.name))
+    return result
+
+
 def _passes_filters(
     profile: Profile,
     table: NodeTable,
@@ -244,13 +257,7 @@ def _passes_filters(
     for plugin in profile.filter:
         if plugin.name in skipped:
             continue
-        try:
-            result = plugin.filter(state, pod, table, mask)
-        except Exception as err:
-            raise _call_failed(plugin.name, err) from err
-        for rejection in result.rejections:
-            if rejection.code is fw.Code.ERROR:
-                raise _PluginFailedError(fw.Status(fw.Code.ERROR, (rejection.reason,), plugin.name))
+        result = _filter(plugin, state, pod, table, mask)
         if not result.passed[row]:
             return False
         mask = result.passed
