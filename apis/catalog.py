@@ -9,13 +9,15 @@ QueueUnit, as Koord-Queue prints it; Queue is reached as ``queue``/``queues``.
 
 from __future__ import annotations
 
-from apis import core, gang, queueing, quota, scheduling, slo
+from apis import admission, core, gang, queueing, quota, scheduling, slo, workloads
 from apis.kinds import Kind
 
-__all__ = ["KINDS", "QUEUE_ALIAS_API_VERSION"]
+__all__ = ["ADMISSION_CHECK_ALIAS_API_VERSION", "KINDS", "QUEUE_ALIAS_API_VERSION"]
 
 #: The apiVersion the v1.8 release notes use for a Queue (accepted, rewritten on input).
 QUEUE_ALIAS_API_VERSION = "scheduling.koordinator.sh/v1alpha1"
+#: Kueue's previous AdmissionCheck apiVersion (accepted, rewritten on input).
+ADMISSION_CHECK_ALIAS_API_VERSION = "kueue.x-k8s.io/v1beta1"
 
 KINDS: tuple[Kind, ...] = (
     Kind(core.Pod, "pods", namespaced=True, short_names=("po",)),
@@ -25,6 +27,11 @@ KINDS: tuple[Kind, ...] = (
     Kind(core.Job, "jobs", namespaced=True),
     Kind(core.PyTorchJob, "pytorchjobs", namespaced=True),
     Kind(core.TFJob, "tfjobs", namespaced=True),
+    Kind(workloads.MPIJob, "mpijobs", namespaced=True),
+    Kind(workloads.RayJob, "rayjobs", namespaced=True),
+    Kind(workloads.SparkApplication, "sparkapplications", namespaced=True),
+    Kind(workloads.Workflow, "workflows", namespaced=True, short_names=("wf",)),
+    Kind(core.PriorityClass, "priorityclasses", namespaced=False, short_names=("pc",)),
     Kind(scheduling.Device, "devices", namespaced=False),
     Kind(scheduling.Reservation, "reservations", namespaced=False, short_names=("rsv",)),
     Kind(scheduling.PodMigrationJob, "podmigrationjobs", namespaced=False, short_names=("pmj",)),
@@ -39,4 +46,10 @@ KINDS: tuple[Kind, ...] = (
         api_version_aliases=(QUEUE_ALIAS_API_VERSION,),
     ),
     Kind(queueing.QueueUnit, "queueunits", namespaced=True, short_names=("qu", "qus")),
+    Kind(
+        admission.AdmissionCheck,
+        "admissionchecks",
+        namespaced=False,
+        api_version_aliases=(ADMISSION_CHECK_ALIAS_API_VERSION,),
+    ),
 )

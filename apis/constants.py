@@ -620,3 +620,15 @@ ANNOTATION_HAMI_GPU_SCHEDULER_POLICY: Final = "hami.io/gpu-scheduler-policy"
 ANNOTATION_HAMI_NODE_HANDSHAKE: Final = "hami.io/node-handshake-{type}"
 ANNOTATION_HAMI_NODE_REGISTER: Final = "hami.io/node-{type}-register"
 ANNOTATION_HAMI_DEVICES_TO_ALLOCATE: Final = "hami.io/{type}-devices-to-allocate"
+
+# =============================================================================================
+# Job extensions and the simulated job runtime (koordpy's own keys)
+# =============================================================================================
+
+#: Pod label: the replica index of a pod the job controller created (``0``, ``1``, ...).
+LABEL_JOB_REPLICA_INDEX: Final = "koordpy.io/replica-index"
+#: Pod (or pod-template) annotation: a duration (``90s``); without a kubelet, the pod succeeds
+#: that long after it started running.
+ANNOTATION_SIMULATED_RUNTIME: Final = "koordpy.io/simulated-runtime"
+#: Kubeflow job condition set while the job waits in a queue.
+CONDITION_JOB_QUEUING: Final = "Queuing"

@@ -1,5 +1,6 @@
-"""Core Kubernetes kinds: Pod, Node, Event, ConfigMap (``v1``), Job (``batch/v1``), and the Kubeflow
-training jobs PyTorchJob and TFJob (``kubeflow.org/v1``).
+"""Core Kubernetes kinds: Pod, Node, Event, ConfigMap (``v1``), Job (``batch/v1``), the Kubeflow
+training jobs PyTorchJob and TFJob (``kubeflow.org/v1``), and PriorityClass
+(``scheduling.k8s.io/v1``).
 
 Every field name Kubernetes 1.24-1.35 defines is known, so a real manifest loads and a typo is
 an "unknown field" error. Parts koordpy never interprets (volumes, probes, security contexts...) are
@@ -55,6 +56,7 @@ __all__ = [
     "PodStatus",
     "PodTemplateSpec",
     "PreferredSchedulingTerm",
+    "PriorityClass",
     "PyTorchJob",
     "PyTorchJobSpec",
     "ReplicaSpec",
@@ -678,3 +680,20 @@ class TFJob(Object):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: TFJobSpec = msgspec.field(default_factory=TFJobSpec)
     status: KubeflowJobStatus = msgspec.field(default_factory=KubeflowJobStatus)
+
+
+# --- PriorityClass (scheduling.k8s.io/v1, cluster-scoped) ---------------------------------------
+
+
+class PriorityClass(Object):
+    """A named priority value; the fields sit at the top level, there is no spec."""
+
+    api_version: str = "scheduling.k8s.io/v1"
+    kind: str = "PriorityClass"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    value: int = 0
+    #: The class of pods that name none (at most one class sets it).
+    global_default: bool | None = None
+    #: ``PreemptLowerPriority`` (the default) or ``Never``.
+    preemption_policy: str | None = None
+    description: str = ""

@@ -1,7 +1,8 @@
 """Assembling the controller: store, API, metrics, control loops, and the agents' side.
 
 The controller's metrics registry (``[metrics] address``, ``:9317``) carries the scheduler's
-metrics (:mod:`controller.scheduler.metrics`) beside the controller's own.
+metrics (:mod:`controller.scheduler.metrics`) and the queue's (:mod:`controller.queueing.metrics`)
+beside the controller's own.
 
 Both ``koordpy controller run`` and the all-in-one ``koordpy up`` build the controller here and
 differ only in what runs beside it. Agents reach the controller through a bus: ``koordpy up``
@@ -29,6 +30,8 @@ from controller.ingest import Ingest
 from controller.liveness import Liveness
 from controller.loops import LOOPS, LoopRunner, build_loops
 from controller.nodefeed import NodeFeed
+from controller.queueing.loop import QueueingLoop
+from controller.queueing.metrics import QueueingMetrics
 from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.metrics import SchedulerMetrics
 from controller.store import Store
@@ -96,8 +99,13 @@ async def open_controller(
     await stack.enter_async_context(api)
     metrics = stack.enter_context(serve_metrics(metrics_address or cfg.metrics.address, registry))
     scheduler_metrics = SchedulerMetrics(registry)
+    queueing_metrics = QueueingMetrics(registry)
     loops = build_loops(
-        {**LOOPS, "scheduler": functools.partial(SchedulerLoop, metrics=scheduler_metrics)}
+        {
+            **LOOPS,
+            "queueing": functools.partial(QueueingLoop, metrics=queueing_metrics),
+            "scheduler": functools.partial(SchedulerLoop, metrics=scheduler_metrics),
+        }
     )
     components: list[lifecycle.Component] = [LoopRunner(store, loops)]
     if bus is None and cfg.ingest.transport == "mqtt":

@@ -36,6 +36,8 @@ __all__ = ["apply", "delete", "describe", "get"]
 BATCH_OBJECTS = 500
 BATCH_BYTES = 8 * 1024 * 1024
 _MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+_QUEUE_UNIT = "scheduling.x-k8s.io/QueueUnit"
+_QUEUE = "scheduling.x-k8s.io/Queue"
 
 
 class InputError(Exception):
@@ -299,6 +301,8 @@ def get(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
+    if "," in args.kind:
+        return _get_many(args)
     with _client(args) as api:
         kind = _resolve(api.registry, args.kind)
         namespace = _namespace(kind, args)
@@ -320,17 +324,80 @@ def _get(args: argparse.Namespace) -> int:
             objects, version = api.list(kind, namespace=namespace, selector=selector)
             if names:
                 objects = [o for o in objects if o.metadata.name in names]
-        widths = _print_listing(kind, objects, args, names=names)
+        context = _context(api, kind) if args.output == "wide" else None
+        widths = _print_listing(kind, objects, args, names=names, context=context)
         if not objects and not names:
             where = f" in {namespace} namespace." if namespace else ""
             print(f"No resources found{where}", file=sys.stderr)
         if args.watch:
-            _watch(api, kind, args, namespace, selector, version, names, widths)
+            _watch(api, kind, args, namespace, selector, version, names, widths, context)
     return 1 if failed else 0
 
 
+def _get_many(args: argparse.Namespace) -> int:
+    """``get KIND,KIND...``: one table per kind (names as ``kind/name``, as kubectl prints
+    them), or one List for ``-o yaml|json``."""
+    if args.names or args.watch:
+        raise InputError("several kinds at once take no names and no --watch")
+    with _client(args) as api:
+        kinds = [_resolve(api.registry, name) for name in args.kind.split(",") if name]
+        everything: list[Object] = []
+        printed = False
+        for kind in kinds:
+            objects, _ = api.list(
+                kind, namespace=_namespace(kind, args), selector=args.selector or ""
+            )
+            if args.output in ("yaml", "json"):
+                everything.extend(objects)
+                continue
+            if args.output == "name":
+                for obj in objects:
+                    print(_ref(kind, obj.metadata.name))
+                continue
+            if not objects:
+                continue
+            wide = args.output == "wide"
+            context = _context(api, kind) if wide else None
+            namespaces = args.all_namespaces and kind.namespaced
+            name_column = 1 if namespaces else 0
+            rows = [printing.headers(kind, wide=wide, namespaces=args.all_namespaces)]
+            now = _now()
+            for obj in objects:
+                cells = printing.row(
+                    kind, obj, now=now, wide=wide, namespaces=args.all_namespaces, context=context
+                )
+                cells[name_column] = _ref(kind, cells[name_column])
+                rows.append(cells)
+            if printed:
+                print()
+            print("\n".join(printing.align(rows)[0]))
+            printed = True
+        if args.output in ("yaml", "json"):
+            _print_objects(everything, args.output, single=False)
+        elif not printed and args.output != "name":
+            print("No resources found", file=sys.stderr)
+    return 0
+
+
+def _context(api: Client, kind: Kind) -> printing.PrintContext | None:
+    """Other objects the wide table needs: every Queue, for a QueueUnit's position and ETA."""
+    if kind.key != _QUEUE_UNIT:
+        return None
+    try:
+        queue_kind = api.registry.for_key(_QUEUE)
+    except UnknownKind:
+        return None
+    queues, _ = api.list(queue_kind)
+    return printing.PrintContext.from_queues(queues)
+
+
 def _print_listing(
-    kind: Kind, objects: Sequence[Object], args: argparse.Namespace, *, names: Sequence[str]
+    kind: Kind,
+    objects: Sequence[Object],
+    args: argparse.Namespace,
+    *,
+    names: Sequence[str],
+    context: printing.PrintContext | None = None,
 ) -> list[int]:
     output = args.output
     if output in ("yaml", "json"):
@@ -346,7 +413,14 @@ def _print_listing(
     rows = [printing.headers(kind, wide=output == "wide", namespaces=args.all_namespaces)]
     now = _now()
     rows.extend(
-        printing.row(kind, obj, now=now, wide=output == "wide", namespaces=args.all_namespaces)
+        printing.row(
+            kind,
+            obj,
+            now=now,
+            wide=output == "wide",
+            namespaces=args.all_namespaces,
+            context=context,
+        )
         for obj in objects
     )
     lines, widths = printing.align(rows)
@@ -363,6 +437,7 @@ def _watch(
     version: int,
     names: Sequence[str],
     widths: list[int],
+    context: printing.PrintContext | None = None,
 ) -> None:
     """Print one line (or object) per change until interrupted."""
     events = api.watch(kind, namespace=namespace, selector=selector, resource_version=version)
@@ -371,12 +446,17 @@ def _watch(
         for event in events:
             if names and event.object.metadata.name not in names:
                 continue
-            header_printed = _print_event(kind, event, args, widths, header_printed)
+            header_printed = _print_event(kind, event, args, widths, header_printed, context)
             sys.stdout.flush()
 
 
 def _print_event(
-    kind: Kind, event: WatchEvent, args: argparse.Namespace, widths: list[int], header: bool
+    kind: Kind,
+    event: WatchEvent,
+    args: argparse.Namespace,
+    widths: list[int],
+    header: bool,
+    context: printing.PrintContext | None = None,
 ) -> bool:
     output = args.output
     if output in ("yaml", "json"):
@@ -391,7 +471,14 @@ def _print_event(
     wide = output == "wide"
     rows = [] if header else [printing.headers(kind, wide=wide, namespaces=args.all_namespaces)]
     rows.append(
-        printing.row(kind, event.object, now=_now(), wide=wide, namespaces=args.all_namespaces)
+        printing.row(
+            kind,
+            event.object,
+            now=_now(),
+            wide=wide,
+            namespaces=args.all_namespaces,
+            context=context,
+        )
     )
     lines, new_widths = printing.align(rows, widths)
     widths[:] = new_widths
@@ -436,13 +523,14 @@ def _describe(args: argparse.Namespace) -> int:
                     print(_from_server(err), file=sys.stderr)
                     failed = True
         event_kind = _event_kind(api.registry)
+        context = _context(api, kind) if found else None
         texts = []
         for obj in found:
             events: list[Object] = []
             if event_kind is not None:
                 listed, _ = api.list(event_kind, namespace=obj.metadata.namespace or None)
                 events = [e for e in listed if printing.involves(e, obj)]
-            texts.append(printing.describe(obj, events, now=_now()))
+            texts.append(printing.describe(obj, events, now=_now(), context=context))
         if texts:
             sys.stdout.write("\n".join(texts))
     return 1 if failed else 0

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from controller.queueing.jobcontroller import JobController
+from controller.queueing.loop import QueueingLoop
+from controller.queueing.podlifecycle import PodLifecycle
 from controller.reservations.controller import ReservationController
 from controller.scheduler.loop import SchedulerLoop
 from controller.store import Store
@@ -47,8 +50,11 @@ LoopFactory = Callable[[], ControlLoop]
 
 #: Every control loop of the controller, in run order. Later features add their entries here.
 LOOPS: Mapping[str, LoopFactory] = {
+    "jobs": JobController,
+    "queueing": QueueingLoop,
     "reservations": ReservationController,
     "scheduler": SchedulerLoop,
+    "pod-lifecycle": PodLifecycle,
 }
 
 

@@ -7,6 +7,7 @@ Every function here is pure: the current time is an argument.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,11 +19,20 @@ from apis.codec import to_builtins
 from apis.kinds import Kind
 from apis.meta import Object
 from apis.quantity import QuantityError, to_canonical
+from controller.queueing.phases import PENDING_PHASES
+from controller.queueing.visibility import (
+    ACTIVE_KEY,
+    ANNOTATION_QUEUE_ADMISSION_RATE,
+    eta,
+    parse_rate,
+)
 
 __all__ = [
     "GPU_MEMORY_RATIO",
     "GPU_RESOURCES",
     "Column",
+    "PrintContext",
+    "QueuePlace",
     "align",
     "columns",
     "describe",
@@ -31,6 +41,7 @@ __all__ = [
     "headers",
     "row",
     "table",
+    "unit_eta",
 ]
 
 Wire = Mapping[str, Any]
@@ -52,12 +63,67 @@ GAP = 3
 
 
 @dataclass(frozen=True, slots=True)
+class QueuePlace:
+    """Where a unit stands in its queue, from the Queue's status and annotations."""
+
+    queue: str
+    position: int
+    #: The queue's recent admissions per second; None when the queue has not said.
+    rate: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PrintContext:
+    """Objects of other kinds some cells need: the Queues, for a QueueUnit's place."""
+
+    #: (unit namespace, unit name) -> its place, from every Queue's ``queueItemDetails``.
+    places: Mapping[tuple[str, str], QueuePlace] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_queues(cls, queues: Iterable[Object | Wire]) -> PrintContext:
+        places: dict[tuple[str, str], QueuePlace] = {}
+        for queue in queues:
+            wire: Wire = queue if isinstance(queue, Mapping) else to_builtins(queue)
+            annotations = _get(wire, "metadata.annotations") or {}
+            rate = parse_rate(annotations.get(ANNOTATION_QUEUE_ADMISSION_RATE))
+            name = str(_get(wire, "metadata.name") or "")
+            for item in _get(wire, f"status.queueItemDetails.{ACTIVE_KEY}") or ():
+                if not isinstance(item, Mapping):
+                    continue
+                key = (str(item.get("namespace") or ""), str(item.get("name") or ""))
+                position = item.get("position")
+                if isinstance(position, int) and position > 0:
+                    places.setdefault(key, QueuePlace(name, position, rate))
+        return cls(places)
+
+    def place(self, unit: Wire) -> QueuePlace | None:
+        """The unit's place, when it is pending and a queue lists it."""
+        if str(_get(unit, "status.phase") or "") not in PENDING_PHASES:
+            return None
+        key = (_text_or_empty(unit, "metadata.namespace"), _text_or_empty(unit, "metadata.name"))
+        return self.places.get(key)
+
+
+_NO_CONTEXT = PrintContext()
+
+
+@dataclass(frozen=True, slots=True)
 class Column:
-    """One table column: a header and how to print a cell from the wire object."""
+    """One table column: a header and how to print a cell from the wire object.
+
+    A column that needs other objects (:class:`PrintContext`) gives ``in_context``; its
+    ``cell`` prints what can be said without them.
+    """
 
     header: str
     cell: Callable[[Wire, datetime], str]
     wide: bool = False
+    in_context: Callable[[Wire, datetime, PrintContext], str] | None = None
+
+    def render(self, obj: Wire, now: datetime, context: PrintContext | None) -> str:
+        if self.in_context is not None and context is not None:
+            return self.in_context(obj, now, context)
+        return self.cell(obj, now)
 
 
 # --- small readers ---------------------------------------------------------------------------
@@ -71,6 +137,11 @@ def _get(obj: Any, path: str) -> Any:
             return None
         node = node.get(part)
     return node
+
+
+def _text_or_empty(obj: Wire, path: str) -> str:
+    value = _get(obj, path)
+    return "" if value is None else str(value)
 
 
 def _text(obj: Wire, path: str) -> str:
@@ -301,6 +372,43 @@ def _number(path: str, default: str = "0") -> Callable[[Wire, datetime], str]:
     return cell
 
 
+def _queue_pending(queue: Wire, now: datetime) -> str:
+    items = _get(queue, f"status.queueItemDetails.{ACTIVE_KEY}")
+    return str(len(items)) if isinstance(items, (list, tuple)) else "0"
+
+
+def _no_context(obj: Wire, now: datetime) -> str:
+    return NONE
+
+
+def _unit_position(unit: Wire, now: datetime, context: PrintContext) -> str:
+    place = context.place(unit)
+    return str(place.position) if place is not None else NONE
+
+
+def unit_eta(place: QueuePlace | None) -> str:
+    """A pending unit's estimated wait: ``4m``; ``<unknown>`` when its queue admits nothing."""
+    if place is None:
+        return NONE
+    wait = eta(place.position, place.rate or 0.0)
+    return format_age(wait) if wait is not None else "<unknown>"
+
+
+def _unit_eta(unit: Wire, now: datetime, context: PrintContext) -> str:
+    return unit_eta(context.place(unit))
+
+
+def _unit_message(unit: Wire, now: datetime) -> str:
+    return _text(unit, "status.message").replace("\n", " ")
+
+
+def _check_active(check: Wire, now: datetime) -> str:
+    for condition in _get(check, "status.conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Active":
+            return str(condition.get("status") or "Unknown")
+    return "Unknown"
+
+
 _NAME = Column("NAME", _field("metadata.name"))
 _AGE = Column("AGE", _age())
 
@@ -397,6 +505,7 @@ _TABLES: dict[str, tuple[Column, ...]] = {
         Column("POLICY", _field("spec.queuePolicy")),
         Column("PRIORITY", _number("spec.priority")),
         _AGE,
+        Column("PENDING", _queue_pending, wide=True),
     ),
     "scheduling.x-k8s.io/QueueUnit": (
         _NAME,
@@ -404,6 +513,15 @@ _TABLES: dict[str, tuple[Column, ...]] = {
         Column("PRIORITY", _number("spec.priority")),
         Column("QUEUE", _field("spec.queue")),
         Column("JOBTYPE", _field("spec.consumerRef.kind")),
+        _AGE,
+        Column("POSITION", _no_context, wide=True, in_context=_unit_position),
+        Column("ETA", _no_context, wide=True, in_context=_unit_eta),
+        Column("MESSAGE", _unit_message, wide=True),
+    ),
+    "kueue.x-k8s.io/AdmissionCheck": (
+        _NAME,
+        Column("CONTROLLER", _field("spec.controllerName")),
+        Column("ACTIVE", _check_active),
         _AGE,
     ),
 }
@@ -438,10 +556,11 @@ def row(
     now: datetime,
     wide: bool = False,
     namespaces: bool = False,
+    context: PrintContext | None = None,
 ) -> list[str]:
-    """One object's cells, in :func:`headers` order."""
+    """One object's cells, in :func:`headers` order (``context``: see :class:`PrintContext`)."""
     wire: Wire = obj if isinstance(obj, Mapping) else to_builtins(obj)
-    cells = [column.cell(wire, now) for column in columns(kind, wide=wide)]
+    cells = [column.render(wire, now, context) for column in columns(kind, wide=wide)]
     if namespaces and kind.namespaced:
         cells.insert(0, _text(wire, "metadata.namespace"))
     return cells
@@ -476,10 +595,14 @@ def table(
     now: datetime,
     wide: bool = False,
     namespaces: bool = False,
+    context: PrintContext | None = None,
 ) -> str:
     """The full table, header first, one line per object (newline-terminated)."""
     rows = [headers(kind, wide=wide, namespaces=namespaces)]
-    rows.extend(row(kind, obj, now=now, wide=wide, namespaces=namespaces) for obj in objects)
+    rows.extend(
+        row(kind, obj, now=now, wide=wide, namespaces=namespaces, context=context)
+        for obj in objects
+    )
     lines, _ = align(rows)
     return "\n".join(lines) + "\n"
 
@@ -645,8 +768,18 @@ def involves(event: Object | Wire, obj: Object) -> bool:
     )
 
 
-def describe(obj: Object, events: Iterable[Object | Wire] = (), *, now: datetime) -> str:
-    """kubectl-describe-like text: metadata, the body, conditions, and the given events."""
+def describe(
+    obj: Object,
+    events: Iterable[Object | Wire] = (),
+    *,
+    now: datetime,
+    context: PrintContext | None = None,
+) -> str:
+    """kubectl-describe-like text: metadata, the body, conditions, and the given events.
+
+    A QueueUnit adds its admission check states and, while it is pending, a ``Waiting:``
+    section (its message, and its place and ETA when ``context`` holds its Queue).
+    """
     wire: dict[str, Any] = to_builtins(obj)
     meta: Mapping[str, Any] = wire.get("metadata") or {}
     head: list[tuple[str, str]] = [("Name", str(meta.get("name") or ""))]
@@ -690,6 +823,9 @@ def describe(obj: Object, events: Iterable[Object | Wire] = (), *, now: datetime
         else:
             lines.extend(_mapping_lines([(_title(key), _scalar(value))], 0, width))
     lines.extend(_conditions(conditions))
+    if wire.get("kind") == "QueueUnit":
+        lines.extend(_admission_checks(_get(wire, "status.admissionChecks")))
+        lines.extend(_waiting(wire, context or _NO_CONTEXT))
     lines.extend(_diagnosis(meta.get("annotations")))
     ordered = sorted(
         (e if isinstance(e, Mapping) else to_builtins(e) for e in events),
@@ -718,3 +854,40 @@ def _diagnosis(annotations: Any) -> list[str]:
         if isinstance(reasons, Mapping):
             rows.extend((plugin, str(n), reason) for reason, n in sorted(reasons.items()))
     return ["Scheduling Diagnosis:", *_small_table(2, rows)]
+
+
+def _admission_checks(states: Any) -> list[str]:
+    items = [c for c in states or () if isinstance(c, Mapping)]
+    if not items:
+        return []
+    rows = [["Name", "State", "LastTransitionTime", "Message"]]
+    rows.extend(
+        [
+            str(c.get("name") or ""),
+            str(c.get("state") or ""),
+            str(c.get("lastTransitionTime") or NONE),
+            str(c.get("message") or "").replace("\n", " "),
+        ]
+        for c in items
+    )
+    return ["Admission Checks:", *_small_table(2, rows)]
+
+
+def _waiting(unit: Wire, context: PrintContext) -> list[str]:
+    """Why a pending unit waits, where it stands, and how long it may wait."""
+    if str(_get(unit, "status.phase") or "") not in PENDING_PHASES:
+        return []
+    place = context.place(unit)
+    pairs = [("Message", _text(unit, "status.message"))]
+    if place is not None:
+        pairs.extend(
+            [
+                ("Queue", place.queue),
+                ("Position", str(place.position)),
+                ("ETA", unit_eta(place)),
+            ]
+        )
+    else:
+        pairs.extend([("Position", NONE), ("ETA", NONE)])
+    width = max(len(key) for key, _ in pairs)
+    return ["Waiting:", *_mapping_lines(pairs, 2, width)]

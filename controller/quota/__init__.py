@@ -1,7 +1,6 @@
-"""Elastic quota: which quota a pod belongs to, what the quota has used, and whether the pod
-may be admitted (:mod:`controller.quota.check`); the plugin's args
+"""Elastic quota: which quota a pod belongs to, what the quota has used and requests, and
+whether the pod may be admitted (:mod:`controller.quota.check`); the runtime quota of the tree,
+by water filling of min, max and shared weight (:mod:`controller.quota.tree`); the status a
+quota object is given (:mod:`controller.quota.status`); the plugin's args
 (:mod:`controller.quota.args`).
-
-The runtime quota tree (water filling of min/max/shared weight) is not here yet: checks read
-each ElasticQuota's ``max`` until it arrives.
 """

@@ -14,10 +14,13 @@
   the quota must hold ``used + req`` over the names the pod requests (a name missing from the
   limit is unconstrained), and a non-preemptible pod also ``nonPreemptibleUsed + req`` within
   ``min``. With ``enableCheckParentQuota`` every ancestor below the root must hold it too.
+* **Request** (:func:`quota_requests`): the request of a quota is the sum of the requests of
+  its pending and assigned pods (not Succeeded/Failed), masked to the names of its ``max``;
+  it feeds the runtime quota (:mod:`controller.quota.tree`).
 
 The limit is the runtime quota when one is given (``limits``, from the quota tree) and
-``enableRuntimeQuota`` is on; otherwise it is ``spec.max``. Until the quota tree exists callers
-pass no ``limits`` and every check is against ``max``.
+``enableRuntimeQuota`` is on; otherwise (and for a quota ``limits`` does not name) it is
+``spec.max``.
 
 The built-in quotas (``koordinator-root-quota``, ``koordinator-system-quota``,
 ``koordinator-default-quota``) exist in a :class:`QuotaIndex` even when no object was created
@@ -60,6 +63,7 @@ __all__ = [
     "is_non_preemptible",
     "preemption_policy",
     "quota_name",
+    "quota_requests",
 ]
 
 log = logging.getLogger(__name__)
@@ -324,6 +328,30 @@ class QuotaLedger:
     def release(self, name: str, pod: Pod, request: ResourceList | None = None) -> QuotaLedger:
         """The ledger without ``pod`` (Unreserve, deletion, eviction)."""
         return self._change(name, pod, -1, request)
+
+
+def quota_requests(
+    pods: Iterable[Pod],
+    index: QuotaIndex,
+    *,
+    disable_default_quota: bool = False,
+    requests_of: Callable[[Pod], ResourceList] = pod_requests,
+) -> dict[str, ResourceList]:
+    """The request of every quota with pods: its pending and assigned pods' requests summed,
+    over the names of the quota's ``max``."""
+    sums: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        if pod.is_terminated:
+            continue
+        name = quota_name(pod, index, disable_default_quota=disable_default_quota)
+        if not name:
+            continue
+        limit = index.by_name[name].spec.max
+        total = sums.setdefault(name, {})
+        for resource, amount in requests_of(pod).items():
+            if resource in limit:
+                total[resource] = total.get(resource, 0) + amount
+    return {name: ResourceList(amounts) for name, amounts in sums.items()}
 
 
 # --- the PreFilter check -------------------------------------------------------------------------

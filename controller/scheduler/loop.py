@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, cast
 
 import msgspec
 
+from apis.constants import LABEL_SCHEDULE_ADMISSION
 from apis.core import Node, Pod
 from apis.meta import Condition, Object
 from apis.scheduling import Reservation
@@ -327,11 +328,15 @@ class SchedulerLoop:
         return (pod.spec.scheduler_name or DEFAULT_SCHEDULER) in self._by_scheduler
 
     def _is_pending(self, pod: Pod) -> bool:
+        """Unbound, alive, ungated (no ``schedulingGates``, and not held back by the queue's
+        replica-level admission label ``alibabacloud.com/schedule-admission: "false"``), and
+        of a scheduler some profile serves."""
         return (
             not pod.spec.node_name
             and not pod.is_terminated
             and pod.metadata.deletion_timestamp is None
             and not pod.spec.scheduling_gates
+            and pod.metadata.labels.get(LABEL_SCHEDULE_ADMISSION) != "false"
             and self.serves(pod)
         )
 

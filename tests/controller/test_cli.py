@@ -535,3 +535,76 @@ def test_unreachable_api_is_a_clear_error(
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot reach the koordpy API at unix://{tmp_path}/none.sock")
     assert "koordpy up" in err
+
+
+# --- queueing: wide QueueUnit columns from the Queues ------------------------------------------
+
+QUEUE = """\
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: Queue
+metadata:
+  name: team-a
+  namespace: koord-queue
+  annotations: {koordpy.io/admission-rate: "3"}
+spec: {queuePolicy: Priority, priority: 1000}
+status:
+  queueItemDetails:
+    active:
+    - {name: big, namespace: team, priority: 10, position: 1}
+    - {name: small, namespace: team, priority: 5, position: 2}
+"""
+UNITS = [
+    f"""\
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: QueueUnit
+metadata: {{name: {name}, namespace: team}}
+spec: {{priority: {priority}, queue: team-a, consumerRef: {{kind: Job, name: {name}}}}}
+status: {{phase: {phase}, message: "{message}"}}
+"""
+    for name, priority, phase, message in (
+        ("big", 10, "Enqueued", "waiting for quota team-a: cpu needs 6, 2 free of max 8"),
+        ("small", 5, "Enqueued", "waiting in queue"),
+        ("done", 1, "Dequeued", "Dequeued because schedule successfully"),
+    )
+]
+
+
+@pytest.fixture
+def queued(koordpy: Koordpy, tmp_path: Path) -> None:
+    manifest = write(tmp_path / "queueing.yaml", "---\n".join([QUEUE, *UNITS]))
+    code, _, err = koordpy("apply", "-f", str(manifest))
+    assert code == 0, err
+
+
+@pytest.mark.usefixtures("queued")
+def test_get_queueunits_wide_shows_position_eta_and_message(koordpy: Koordpy) -> None:
+    code, out, _ = koordpy("get", "qu", "-n", "team", "-o", "wide")
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split()[-3:] == ["POSITION", "ETA", "MESSAGE"]
+    cells = {row.split()[0]: row.split(None, 8)[6:] for row in rows}
+    assert cells == {
+        "big": ["1", "20s", "waiting for quota team-a: cpu needs 6, 2 free of max 8"],
+        "small": ["2", "40s", "waiting in queue"],
+        "done": ["<none>", "<none>", "Dequeued because schedule successfully"],
+    }
+    _, narrow, _ = koordpy("get", "qu", "-n", "team")
+    assert "POSITION" not in narrow.splitlines()[0]
+
+
+@pytest.mark.usefixtures("queued")
+def test_get_queues_wide_and_describe_queueunit(koordpy: Koordpy) -> None:
+    _, out, _ = koordpy("get", "queues", "-n", "koord-queue", "-o", "wide")
+    header, row = out.splitlines()
+    assert header.split()[-1] == "PENDING"
+    assert row.split()[-1] == "2"
+    code, out, _ = koordpy("describe", "qu", "small", "-n", "team")
+    assert code == 0
+    lines = out.splitlines()
+    start = lines.index("Waiting:")
+    assert [line.split() for line in lines[start + 1 : start + 5]] == [
+        ["Message:", "waiting", "in", "queue"],
+        ["Queue:", "team-a"],
+        ["Position:", "2"],
+        ["ETA:", "40s"],
+    ]

@@ -327,3 +327,148 @@ def test_describe_shows_the_schedulers_reasons_per_plugin() -> None:
     assert lines[start + 3].split()[:3] == ["NodeResourcesFit", "4990", "Insufficient"]
     assert lines[start + 4].split()[:2] == ["TaintToleration", "10"]
     assert lines[start + 4].endswith("node(s) had untolerated taint {dedicated: gpu}")
+
+
+# --- queueing: QueueUnit position/ETA/message, Queue pending, AdmissionCheck ------------------
+
+
+def queue_obj(name: str, units: list[tuple[str, str]], rate: str | None) -> Object:
+    annotations = {} if rate is None else {"koordpy.io/admission-rate": rate}
+    return decode_object(
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "Queue",
+            "metadata": {"name": name, "namespace": "koord-queue", "annotations": annotations},
+            "spec": {"queuePolicy": "Priority", "priority": 1000},
+            "status": {
+                "queueItemDetails": {
+                    "active": [
+                        {"name": unit, "namespace": ns, "priority": 10, "position": index}
+                        for index, (ns, unit) in enumerate(units, start=1)
+                    ]
+                }
+            },
+        }
+    )
+
+
+def queue_unit(name: str, phase: str, message: str = "", **status: Any) -> Object:
+    return decode_object(
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "QueueUnit",
+            "metadata": {
+                "name": name,
+                "namespace": "team",
+                "creationTimestamp": (NOW - timedelta(minutes=3)).isoformat(),
+            },
+            "spec": {"priority": 10, "consumerRef": {"kind": "Job", "name": name}},
+            "status": {"phase": phase, "message": message, **status},
+        }
+    )
+
+
+QUEUES = [
+    queue_obj("team-a", [("team", "first"), ("team", "third"), ("team", "waiting")], "2"),
+    queue_obj("team-b", [("team", "idle")], None),
+]
+WAITING = "waiting for quota team-a: cpu needs 6, 2 free of runtime 40 (max 48)"
+
+
+@pytest.mark.parametrize(
+    ("unit", "position", "eta", "message"),
+    [
+        pytest.param(queue_unit("waiting", "Enqueued", WAITING), "3", "90s", WAITING, id="queued"),
+        pytest.param(queue_unit("idle", "Enqueued"), "1", "<unknown>", "<none>", id="no-rate"),
+        pytest.param(queue_unit("first", "Dequeued"), "<none>", "<none>", "<none>", id="admitted"),
+        pytest.param(queue_unit("lost", ""), "<none>", "<none>", "<none>", id="not-listed"),
+    ],
+)
+def test_queue_unit_wide_columns(unit: Object, position: str, eta: str, message: str) -> None:
+    qu = kind("qu")
+    context = printing.PrintContext.from_queues(QUEUES)
+    headers = printing.headers(qu, wide=True)
+    assert headers == [
+        "NAME", "PHASE", "PRIORITY", "QUEUE", "JOBTYPE", "AGE", "POSITION", "ETA", "MESSAGE"
+    ]  # fmt: skip
+    cells = dict(
+        zip(headers, printing.row(qu, unit, now=NOW, wide=True, context=context), strict=True)
+    )
+    assert (cells["POSITION"], cells["ETA"], cells["MESSAGE"]) == (position, eta, message)
+    narrow = printing.headers(qu)
+    assert narrow == ["NAME", "PHASE", "PRIORITY", "QUEUE", "JOBTYPE", "AGE"]
+
+
+def test_queue_unit_wide_without_queues_prints_none() -> None:
+    qu = kind("qu")
+    unit = queue_unit("waiting", "Enqueued", WAITING)
+    assert printing.row(qu, unit, now=NOW, wide=True)[-3:] == ["<none>", "<none>", WAITING]
+
+
+def test_queue_wide_counts_pending_units() -> None:
+    queue = kind("queue")
+    assert printing.headers(queue, wide=True) == ["NAME", "POLICY", "PRIORITY", "AGE", "PENDING"]
+    assert printing.row(queue, QUEUES[0], now=NOW, wide=True)[-1] == "3"
+    assert printing.row(queue, QUEUES[0], now=NOW)[:3] == ["team-a", "Priority", "1000"]
+
+
+@pytest.mark.parametrize(
+    ("conditions", "active"),
+    [
+        ([{"type": "Active", "status": "True", "reason": "Ready", "message": "ok"}], "True"),
+        ([{"type": "Active", "status": "False", "reason": "NoConfig", "message": "x"}], "False"),
+        ([], "Unknown"),
+    ],
+)
+def test_admission_check_columns(conditions: list[dict[str, str]], active: str) -> None:
+    check = decode_object(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
+            "metadata": {
+                "name": "prov",
+                "creationTimestamp": (NOW - timedelta(hours=1)).isoformat(),
+            },
+            "spec": {"controllerName": "koordpy.io/capacity"},
+            "status": {"conditions": conditions},
+        }
+    )
+    checks = kind("admissionchecks")
+    assert printing.headers(checks) == ["NAME", "CONTROLLER", "ACTIVE", "AGE"]
+    assert printing.row(checks, check, now=NOW) == ["prov", "koordpy.io/capacity", active, "60m"]
+
+
+def test_describe_pending_unit_says_why_where_and_when() -> None:
+    unit = queue_unit(
+        "waiting",
+        "Enqueued",
+        WAITING,
+        admissionChecks=[
+            {"name": "capacity", "state": "Retry", "message": "pod set worker: 1 of 4 short"},
+            {"name": "approval", "state": "Pending"},
+        ],
+    )
+    context = printing.PrintContext.from_queues(QUEUES)
+    lines = printing.describe(unit, [], now=NOW, context=context).splitlines()
+    start = lines.index("Waiting:")
+    assert [line.split(None, 1) for line in lines[start + 1 : start + 5]] == [
+        ["Message:", WAITING],
+        ["Queue:", "team-a"],
+        ["Position:", "3"],
+        ["ETA:", "90s"],
+    ]
+    table = lines.index("Admission Checks:")
+    assert lines[table + 1].split() == ["Name", "State", "LastTransitionTime", "Message"]
+    assert lines[table + 3].split()[:2] == ["capacity", "Retry"]
+    assert lines[table + 4].split() == ["approval", "Pending", "<none>"]
+
+
+def test_describe_admitted_unit_has_no_waiting_section() -> None:
+    unit = queue_unit("first", "Dequeued", "Dequeued because schedule successfully")
+    text = printing.describe(unit, [], now=NOW, context=printing.PrintContext.from_queues(QUEUES))
+    assert "Waiting:" not in text.splitlines()
+    assert "Admission Checks:" not in text.splitlines()
+    pending = printing.describe(queue_unit("lost", "Enqueued", "waiting in queue"), [], now=NOW)
+    lines = pending.splitlines()
+    start = lines.index("Waiting:")
+    assert lines[start + 2].split() == ["Position:", "<none>"]

@@ -7,10 +7,15 @@ An adapter over :mod:`controller.quota`:
   changed; pods this plugin reserved that the snapshot does not show assigned yet (bound in
   this pass, or waiting in Permit) stay charged. A changed quota releases the unschedulable
   pods.
-- **PreFilter**: :func:`~controller.quota.check_pod` against ``spec.max`` (the runtime quota
-  of the quota tree is not computed yet): ``Insufficient quotas, quotaName: <q>, runtime:
-  .., used: .., pod's request: .., exceedDimensions: [..]`` (Unschedulable); a pod of no
-  quota is skipped.
+- **runtime**: with ``enableRuntimeQuota`` (the default) each quota's limit is its runtime
+  quota (:class:`~controller.quota.tree.QuotaTree`), recomputed whenever the pods, the quotas
+  or the nodes changed: the request of a quota is the sum of its pending and assigned pods'
+  requests (over the names of its max), and the root's children share the nodes'
+  allocatable minus what the system and default quotas use. A runtime that grew releases
+  the unschedulable pods. With it off the limit is ``spec.max``.
+- **PreFilter**: :func:`~controller.quota.check_pod` against that limit: ``Insufficient
+  quotas, quotaName: <q>, runtime: .., used: .., pod's request: .., exceedDimensions: [..]``
+  (Unschedulable); a pod of no quota is skipped.
 - **Reserve** / **Unreserve**: the pod's request is charged to / released from its quota, so
   the pods placed later in the same pass see it.
 
@@ -22,15 +27,17 @@ read (the full :func:`~controller.quota.check_pod` runs, and words the message, 
 quick test is not conclusive).
 
 Not done here: the PostFilter (quota-aware preemption; :func:`~controller.quota.
-preemption_policy` is its core), the runtime quota, hook plugins, over-use revocation.
+preemption_policy` is its core), hook plugins, over-use revocation.
 Its args are :class:`controller.quota.args.ElasticQuotaArgs`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from apis.core import Pod, pod_requests
+from apis import constants as k
+from apis.core import Node, Pod, pod_requests
 from apis.kinds import default_registry
 from apis.meta import Object
 from apis.quota import ElasticQuota as ElasticQuotaObject
@@ -44,7 +51,10 @@ from controller.quota.check import (
     is_assigned,
     is_non_preemptible,
     quota_name,
+    quota_requests,
 )
+from controller.quota.status import STATUS_ANNOTATIONS
+from controller.quota.tree import QuotaTree, RuntimeQuota
 from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
@@ -59,6 +69,24 @@ _QUOTA_KEY = f"{NAME}/quota"
 _REGISTRY = default_registry()
 _POD_KIND = _REGISTRY.for_type(Pod)
 _QUOTA_KIND = _REGISTRY.for_type(ElasticQuotaObject)
+_NODE_KIND = _REGISTRY.for_type(Node)
+_NO_RESOURCES = ResourceList()
+_WRITTEN = frozenset(STATUS_ANNOTATIONS)
+
+
+_Shape = tuple[str, str, object, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+
+
+def _shape(quota: ElasticQuotaObject) -> _Shape:
+    """The quota as the check reads it: everything but its status and status annotations."""
+    meta = quota.metadata
+    return (
+        meta.namespace,
+        meta.name,
+        quota.spec,
+        tuple(sorted(meta.labels.items())),
+        tuple(sorted((key, v) for key, v in meta.annotations.items() if key not in _WRITTEN)),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +104,27 @@ class ElasticQuota:
     def __init__(self, args: ElasticQuotaArgs) -> None:
         self.args = args
         self._index = QuotaIndex.build((), args)
+        self._tree = QuotaTree.build(
+            self._index, enable_min_quota_scale=args.enable_min_quota_scale
+        )
         self._ledger = QuotaLedger()
+        #: The runtime quota (None while ``enableRuntimeQuota`` is off or before any sync).
+        self._runtime: RuntimeQuota | None = None
+        #: Quota -> its runtime over the names of its max (None: the limit is max).
+        self._runtime_limits: Mapping[str, ResourceList] | None = None
+        #: Per quota, the pending and assigned pods' requests (as of the last sync).
+        self._requests_by_quota: Mapping[str, ResourceList] = {}
+        #: Sum of the nodes' allocatable (as of the last sync).
+        self._allocatable = _NO_RESOURCES
         #: Charges (quota, pod, request, assign?) made since ``_ledger`` was last folded.
         self._unfolded: list[tuple[str, Pod, ResourceList, bool]] = []
         #: quota -> its used amounts, with every charge of the pass (quotas touched only).
         self._used: dict[str, dict[str, int]] = {}
-        #: quota -> its max as a plain dict (quotas checked only; rebuilt with the index).
+        #: quota -> its limit as a plain dict (quotas checked only; reset with the limits).
         self._limits: dict[str, dict[str, int]] = {}
-        self._views: tuple[tuple[Object, ...], tuple[Object, ...]] | None = None
+        self._views: tuple[tuple[Object, ...], ...] | None = None
+        #: What of the quotas the check reads (not their status): a change releases pods.
+        self._shape: tuple[_Shape, ...] = ()
         #: uid -> what Reserve charged, until the snapshot shows the pod assigned.
         self._charged: dict[str, _Charge] = {}
         #: uid -> (the pod object, its request): requests computed once per object.
@@ -92,6 +133,16 @@ class ElasticQuota:
     @property
     def index(self) -> QuotaIndex:
         return self._index
+
+    @property
+    def runtime(self) -> RuntimeQuota | None:
+        """The runtime quota of the last sync (None while ``enableRuntimeQuota`` is off)."""
+        return self._runtime
+
+    @property
+    def limits(self) -> Mapping[str, ResourceList] | None:
+        """What PreFilter passes to :func:`~controller.quota.check_pod` as ``limits``."""
+        return self._runtime_limits
 
     @property
     def ledger(self) -> QuotaLedger:
@@ -121,11 +172,16 @@ class ElasticQuota:
                 used[resource] = used.get(resource, 0) + sign * request[resource]
 
     def _admits(self, quota: str, pod: PodInfo) -> bool:
-        """The quick test: ``used + request`` within the quota's max over the requested names
-        (only conclusive for a preemptible pod without the parent check)."""
+        """The quick test: ``used + request`` within the quota's limit over the requested
+        names (only conclusive for a preemptible pod without the parent check)."""
         limit = self._limits.get(quota)
         if limit is None:
-            limit = self._limits[quota] = dict(self._index.by_name[quota].spec.max)
+            runtime = self._runtime_limits
+            limit = self._limits[quota] = dict(
+                runtime[quota]
+                if runtime is not None and quota in runtime
+                else self._index.by_name[quota].spec.max
+            )
         used = self._used_of(quota)
         requests = pod.requests
         for resource in requests:
@@ -135,19 +191,41 @@ class ElasticQuota:
         return True
 
     def sync(self, snapshot: Snapshot, table: NodeTable) -> bool:
-        pods = snapshot.objects(_POD_KIND)
-        quotas = snapshot.objects(_QUOTA_KIND)
-        if self._views is not None and self._views[0] is pods and self._views[1] is quotas:
+        views = (
+            snapshot.objects(_POD_KIND),
+            snapshot.objects(_QUOTA_KIND),
+            snapshot.objects(_NODE_KIND),
+        )
+        before = self._views
+        if before is not None and all(a is b for a, b in zip(views, before, strict=True)):
             return False
-        quotas_changed = self._views is None or self._views[1] is not quotas
-        self._views = (pods, quotas)
-        if quotas_changed:
-            before = self._index
-            self._index = QuotaIndex.build(
-                (q for q in quotas if isinstance(q, ElasticQuotaObject)), self.args
-            )
-            self._limits.clear()
-            quotas_changed = before.by_name != self._index.by_name
+        pods, quotas, nodes = views
+        self._views = views
+        quotas_changed = False
+        if before is None or before[1] is not quotas:
+            typed = [q for q in quotas if isinstance(q, ElasticQuotaObject)]
+            shape = tuple(_shape(q) for q in typed)
+            quotas_changed = before is None or shape != self._shape
+            self._shape = shape
+            self._index = QuotaIndex.build(typed, self.args)
+            if quotas_changed and self.args.enable_runtime_quota:
+                self._tree = QuotaTree.build(
+                    self._index, enable_min_quota_scale=self.args.enable_min_quota_scale
+                )
+        moved = quotas_changed
+        if before is None or before[0] is not pods or quotas_changed:
+            self._sync_pods(pods)
+            moved = True
+        if before is None or before[2] is not nodes:
+            allocatable = ResourceList.total(n.allocatable for n in nodes if isinstance(n, Node))
+            moved = moved or allocatable != self._allocatable
+            self._allocatable = allocatable
+        # The runtime reads the requests, the used of the built-in quotas and the nodes.
+        grew = self._sync_runtime() if moved or self._runtime is None else False
+        self._limits.clear()
+        return quotas_changed or grew
+
+    def _sync_pods(self, pods: tuple[Object, ...]) -> None:
         typed = [p for p in pods if isinstance(p, Pod)]
         pending = {_uid(p) for p in typed if not is_assigned(p) and not p.is_terminated}
         self._charged = {uid: c for uid, c in self._charged.items() if uid in pending}
@@ -162,12 +240,27 @@ class ElasticQuota:
 
         ledger = QuotaLedger.from_pods(typed, self._index, requests_of=requests_of)
         self._requests = requests
+        if self.args.enable_runtime_quota:
+            self._requests_by_quota = quota_requests(typed, self._index, requests_of=requests_of)
         for charge in self._charged.values():
             ledger = ledger.assign(charge.quota, charge.pod, charge.request)
         self._ledger = ledger
         self._unfolded.clear()
         self._used.clear()
-        return quotas_changed
+
+    def _sync_runtime(self) -> bool:
+        """Recompute the runtime quota; True when some quota's runtime grew."""
+        if not self.args.enable_runtime_quota:
+            self._runtime = self._runtime_limits = None
+            return False
+        ledger = self.ledger
+        outside = ledger.usage(k.QUOTA_SYSTEM).used + ledger.usage(k.QUOTA_DEFAULT).used
+        total = (self._allocatable - outside).clamp_min(0)
+        before = self._runtime
+        after = self._tree.runtime(self._requests_by_quota, total)
+        self._runtime = after
+        self._runtime_limits = after.limits()
+        return before is not None and _grew(before.runtime, after.runtime)
 
     def pre_filter(self, state: fw.CycleState, pod: PodInfo, table: NodeTable) -> fw.Status:
         quota = quota_name(pod.pod, self._index)
@@ -180,7 +273,12 @@ class ElasticQuota:
             state.write(_QUOTA_KEY, quota)
             return fw.SUCCESS
         check = check_pod(
-            pod.pod, index=self._index, ledger=self.ledger, args=self.args, request=pod.requests
+            pod.pod,
+            index=self._index,
+            ledger=self.ledger,
+            args=self.args,
+            limits=self._runtime_limits,
+            request=pod.requests,
         )
         if check.verdict is Verdict.SKIP:
             return fw.SKIP
@@ -205,3 +303,14 @@ class ElasticQuota:
 
 def _uid(pod: Pod) -> str:
     return pod.metadata.uid or f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
+
+
+def _grew(before: Mapping[str, ResourceList], after: Mapping[str, ResourceList]) -> bool:
+    """Whether some quota's runtime is larger in some resource (or new)."""
+    for name, runtime in after.items():
+        old = before.get(name)
+        if old is None:
+            return True
+        if runtime is not old and any(amount > old.get(r, 0) for r, amount in runtime.items()):
+            return True
+    return False

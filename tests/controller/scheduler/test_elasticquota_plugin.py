@@ -171,8 +171,8 @@ def test_pre_filter_answers_as_the_quota_check_does(
     requests: list[tuple[int, bool, bool]], max_cpu: int, min_cpu: int
 ) -> None:
     # Each pod is admitted, or refused with the same words, exactly as the core's check
-    # over the plugin's ledger says; admitted pods are reserved (charged) in turn, and every
-    # third one given back.
+    # over the plugin's ledger and runtime quota says; admitted pods are reserved (charged)
+    # in turn, and every third one given back.
     now = datetime(2026, 1, 1, tzinfo=UTC)
     team = ElasticQuotaObject(
         metadata=ObjectMeta(name="team", namespace="team"),
@@ -180,12 +180,7 @@ def test_pre_filter_answers_as_the_quota_check_does(
             max=ResourceList({"cpu": max_cpu}), min=ResourceList({"cpu": min_cpu})
         ),
     )
-    with Store(clock=lambda: now) as store:
-        store.create(team)
-        snapshot = store.snapshot()
-    table = NodeTable([make_node("n1", cpu=64_000)])
-    plugin = ElasticQuota(ElasticQuotaArgs())
-    plugin.sync(snapshot, table)
+    pods = []
     for i, (cpu, pinned, other_namespace) in enumerate(requests):
         pod = make_pod(f"p{i}", cpu=cpu, namespace="elsewhere" if other_namespace else "team")
         if pinned:
@@ -193,8 +188,20 @@ def test_pre_filter_answers_as_the_quota_check_does(
             pod = msgspec.structs.replace(
                 pod, metadata=msgspec.structs.replace(pod.metadata, labels=labels)
             )
+        pods.append(pod)
+    node = make_node("n1", cpu=64_000)
+    with Store(clock=lambda: now) as store:
+        for obj in (team, node, *pods):
+            store.create(obj)
+        snapshot = store.snapshot()
+    table = NodeTable([node])
+    plugin = ElasticQuota(ElasticQuotaArgs())
+    plugin.sync(snapshot, table)
+    for i, pod in enumerate(pods):
         info = PodInfo.of(pod, table)
-        want = check_pod(pod, index=plugin.index, ledger=plugin.ledger, args=plugin.args)
+        want = check_pod(
+            pod, index=plugin.index, ledger=plugin.ledger, args=plugin.args, limits=plugin.limits
+        )
         state = fw.CycleState()
         got = plugin.pre_filter(state, info, table)
         assert got.is_success == want.admitted
@@ -203,3 +210,114 @@ def test_pre_filter_answers_as_the_quota_check_does(
             plugin.reserve(state, info, table, 0)
             if i % 3 == 2:
                 plugin.unreserve(state, info, table, 0)
+
+
+# --- the runtime quota ---------------------------------------------------------------------------
+
+
+def shared_quota(
+    name: str, *, min_cpu: int, max_cpu: int, lends: bool = True
+) -> ElasticQuotaObject:
+    labels = {} if lends else {k.LABEL_QUOTA_ALLOW_LENT_RESOURCE: "false"}
+    return ElasticQuotaObject(
+        metadata=ObjectMeta(name=name, namespace="quotas", labels=labels),
+        spec=ElasticQuotaSpec(
+            min=ResourceList({"cpu": min_cpu}), max=ResourceList({"cpu": max_cpu})
+        ),
+    )
+
+
+def _placed(store: Store, prefix: str, count: int) -> int:
+    return sum(bool(_pod(store, f"{prefix}{i}").spec.node_name) for i in range(count))
+
+
+@pytest.mark.parametrize(
+    ("b_pods", "b_lends", "enable_runtime", "placed_a", "placed_b"),
+    [
+        (4, True, True, 2, 2),
+        (0, True, True, 4, 0),
+        (0, False, True, 2, 0),
+        (4, True, False, 4, 0),
+    ],
+    ids=[
+        "both hungry: each gets its min of the 4-cpu node",
+        "an idle quota lends its min",
+        "a quota that does not lend keeps its min",
+        "enableRuntimeQuota off: max is the limit, first come first served",
+    ],
+)
+def test_quotas_share_the_cluster_by_their_runtime(
+    store: Store,
+    clock: Clock,
+    b_pods: int,
+    b_lends: bool,
+    enable_runtime: bool,
+    placed_a: int,
+    placed_b: int,
+) -> None:
+    store.create(make_node("n1", cpu=4000, memory=8 * GI))
+    store.create(shared_quota("a", min_cpu=2000, max_cpu=4000))
+    store.create(shared_quota("b", min_cpu=2000, max_cpu=4000, lends=b_lends))
+    for i in range(4):
+        store.create(team_pod(f"a{i}", label="a"))
+    for i in range(b_pods):
+        store.create(team_pod(f"b{i}", label="b"))
+    config = msgspec.structs.replace(
+        QUOTA_PROFILE,
+        plugin_config=(
+            PluginConfig(name="ElasticQuota", args={"enableRuntimeQuota": enable_runtime}),
+        ),
+    )
+    SchedulerLoop([build_profile(config)]).reconcile(LoopContext(store=store, now=clock))
+    assert (_placed(store, "a", 4), _placed(store, "b", b_pods)) == (placed_a, placed_b)
+
+
+def test_a_pod_over_its_runtime_says_so(store: Store, clock: Clock) -> None:
+    store.create(make_node("n1", cpu=4000, memory=8 * GI))
+    store.create(shared_quota("a", min_cpu=2000, max_cpu=4000))
+    store.create(shared_quota("b", min_cpu=2000, max_cpu=4000))
+    for i in range(3):
+        store.create(team_pod(f"a{i}", label="a"))
+        store.create(team_pod(f"b{i}", label="b"))
+    loop = SchedulerLoop([build_profile(QUOTA_PROFILE)])
+    loop.reconcile(LoopContext(store=store, now=clock))
+    assert _message(_pod(store, "a2")) == (
+        "0/1 nodes are available: Insufficient quotas, quotaName: a, runtime: cpu:2,"
+        " used: cpu:2, pod's request: cpu:1, exceedDimensions: [cpu]."
+    )
+    runtime = _plugin(loop).runtime
+    assert runtime is not None
+    assert (runtime.of("a"), runtime.of("b")) == (ResourceList({"cpu": 2000}),) * 2
+
+
+def test_a_runtime_that_grows_lets_parked_pods_in(store: Store, clock: Clock) -> None:
+    # b's demand goes away: a's runtime grows from its min to its whole request.
+    store.create(make_node("n1", cpu=4000, memory=8 * GI))
+    store.create(shared_quota("a", min_cpu=2000, max_cpu=4000))
+    store.create(shared_quota("b", min_cpu=2000, max_cpu=4000))
+    for i in range(3):
+        store.create(team_pod(f"a{i}", label="a"))
+    store.create(team_pod("b0", label="b", cpu=2000))
+    loop = SchedulerLoop([build_profile(QUOTA_PROFILE)])
+    ctx = LoopContext(store=store, now=clock)
+    loop.reconcile(ctx)
+    assert _placed(store, "a", 3) == 2
+    store.delete(store.registry.for_type(Pod), "b0", "team")
+    clock.now += timedelta(seconds=2)
+    loop.reconcile(ctx)
+    assert _placed(store, "a", 3) == 3
+
+
+def test_what_the_default_quota_uses_is_not_shared(store: Store, clock: Clock) -> None:
+    # 4 cpu of nodes, 3 used by a pod without quota: the quotas share the 1 cpu left.
+    store.create(make_node("n1", cpu=4000, memory=8 * GI))
+    store.create(make_pod("free", cpu=3000, namespace="team", node="n1"))
+    store.create(shared_quota("a", min_cpu=0, max_cpu=4000))
+    for i in range(2):
+        store.create(team_pod(f"a{i}", label="a"))
+    loop = SchedulerLoop([build_profile(QUOTA_PROFILE)])
+    loop.reconcile(LoopContext(store=store, now=clock))
+    assert _placed(store, "a", 2) == 1
+    runtime = _plugin(loop).runtime
+    assert runtime is not None
+    assert runtime.of("a") == ResourceList({"cpu": 1000})

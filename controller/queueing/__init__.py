@@ -1,0 +1,1 @@
+"""Koord-Queue job-level queueing: job extensions, queues, policies, admission."""

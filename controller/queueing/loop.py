@@ -1,0 +1,1069 @@
+"""The ``queueing`` control loop: feeds the admission engine from the store, writes its decisions.
+
+Each pass (:meth:`QueueingLoop.reconcile`):
+
+1. **Reads changes only.** The loop watches QueueUnits, Queues, ElasticQuotas, Nodes, Pods and
+   AdmissionChecks and applies just what changed since the last pass (a watch that fell
+   behind is reopened and its kind read whole), so a pass costs what changed, not what is
+   stored. On a new store (a restart) everything is read again and the charges are rebuilt
+   from ``status.admissions`` before any admission.
+2. **Quotas.** A changed ElasticQuota rebuilds the quota index and tree; the queue of every
+   quota (and of ``koordinator-default-quota``) is created, updated or deleted in the queue
+   namespace (controller-owned queues only, label ``create-by-kubequeue``).
+3. **Runtime quota.** When demand (the units' requests, pending and admitted, plus pods outside
+   the queue), quotas or nodes changed, the water-filled runtime of every quota is computed
+   over the cluster total (Σ node allocatable); resources no node reports are limited by
+   ``max`` only.
+4. **Admission cycle** (:meth:`Engine.cycle`), then the writes: an admitted unit gets
+   ``status.admissions`` (summed per pod set), phase ``Dequeued`` (``Reserved`` with its
+   admission checks ``Pending`` when the queue names checks that select it), message
+   ``Dequeued because schedule successfully``, ``lastUpdateTime``/``lastAllocateTime``,
+   ``spec.queue`` and a ``Scheduled`` Event; a refused unit its reason in ``status.message``
+   and the ``QuotaReserved=False`` condition and a ``FailedScheduling`` Warning, written only
+   when the reason changed (the other units of a refused class and reasons whose amounts
+   moved are refreshed with the queue status); an evicted unit phase ``Enqueued``, no
+   admissions, ``Evicted=True`` with the reason, and an Event.
+5. **Admission checks** of Reserved units: the built-in checkers decide the checks their
+   ``controllerName`` names; all Ready -> ``Dequeued``; a Retry releases the quota and backs
+   the unit off (``TimeoutBackoff`` with ``requeueState``: 10 s doubling to 15 min, ±10 %),
+   a Rejected deactivates it (``spec.active=false``, evicted ``Deactivated``).
+6. **Time limits**: a backed-off unit whose ``requeueAt`` passed is ``Enqueued`` again; an
+   admitted unit with ``spec.active=false`` is evicted (``Deactivated``); a Running unit past
+   ``maximumExecutionTimeSeconds`` (counted while ``PodsReady=True``, banked across
+   evictions) is deactivated with reason ``MaximumExecutionTimeExceeded``.
+7. **Visibility**, every ``status_interval`` (15 s by default, the Queue annotation
+   ``queue-items-refresh-interval`` overrides it per queue): ``status.queueItemDetails.active``
+   with 1-based positions and the ``koordpy.io/admission-rate`` annotation on each Queue, the
+   waiting units' reasons, and the quotas' ``status.used`` and runtime/request annotations.
+
+It returns 0 when a cycle left work, else the seconds until the next timer (backoff end,
+execution deadline, status refresh), else None.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from apis import constants as k
+from apis.admission import AdmissionCheck
+from apis.core import Node, Pod, pod_requests
+from apis.duration import Duration
+from apis.kinds import Kind, default_registry
+from apis.meta import Object
+from apis.queueing import Admission, Queue, QueueUnit, QueueUnitStatus, ReclaimState
+from apis.quota import ElasticQuota
+from apis.resources import ResourceList
+from controller.errors import StoreError
+from controller.events import NORMAL, WARNING, EventRecorder
+from controller.queueing import admissionchecks as checks
+from controller.queueing import phases
+from controller.queueing.checkers import CHECKERS, CheckContext, free_capacity
+from controller.queueing.engine import Admitted, Engine, Eviction
+from controller.queueing.framework import QueueConfig
+from controller.queueing.metrics import QueueingMetrics, QueueingSnapshot, QuotaStatusSample
+from controller.queueing.plugins import Plugins
+from controller.queueing.plugins.elasticquota import queue_policy
+from controller.queueing.units import MAX_JOBS, UnitInfo, unit_info, unit_quota_label
+from controller.queueing.visibility import (
+    ANNOTATION_QUEUE_ADMISSION_RATE,
+    AdmissionRate,
+    format_rate,
+    queue_item_details,
+)
+from controller.quota.check import QuotaIndex, quota_name
+from controller.quota.status import quota_status
+from controller.quota.tree import QuotaTree, RuntimeQuota
+from controller.store import Store
+from controller.watching import EventType, Watch
+
+if TYPE_CHECKING:
+    from controller.loops import LoopContext
+
+__all__ = ["COMPONENT", "DEQUEUED_MESSAGE", "QueueingLoop", "queue_config"]
+
+log = logging.getLogger(__name__)
+
+COMPONENT: Final = "koord-queue"
+DEQUEUED_MESSAGE: Final = "Dequeued because schedule successfully"
+RESERVED_MESSAGE: Final = "Reserved resources success, waiting admission checks to be ready"
+REQUEUED_MESSAGE: Final = "Enqueued because backoff timeout"
+RECLAIM_MESSAGE: Final = "Waiting job extension to reclaim resources."
+SCHEDULED: Final = "Scheduled"
+FAILED_SCHEDULING: Final = "FailedScheduling"
+#: How often queue positions, waiting reasons and quota status are refreshed (seconds).
+STATUS_INTERVAL: Final = 15.0
+
+_REGISTRY = default_registry()
+_UNIT = _REGISTRY.for_type(QueueUnit)
+_QUEUE = _REGISTRY.for_type(Queue)
+_QUOTA = _REGISTRY.for_type(ElasticQuota)
+_NODE = _REGISTRY.for_type(Node)
+_POD = _REGISTRY.for_type(Pod)
+_CHECK = _REGISTRY.for_type(AdmissionCheck)
+_WATCHED: Final = (_UNIT, _QUEUE, _QUOTA, _NODE, _POD, _CHECK)
+
+
+def _annotation(annotations: Mapping[str, str], key: str) -> str:
+    value = annotations.get(key)
+    if value is None:
+        legacy = k.QUEUE_LEGACY_KEYS.get(key)
+        value = annotations.get(legacy) if legacy else None
+    return value or ""
+
+
+def _int(text: str, default: int | None, what: str, queue: str) -> int | None:
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        log.warning("queue %s: ignoring %s %r: not an integer", queue, what, text)
+        return default
+
+
+def queue_config(queue: Queue) -> QueueConfig:
+    """What the engine uses of a Queue object (both annotation prefixes are read)."""
+    ann = queue.metadata.annotations
+    name = queue.metadata.name
+    available = _annotation(ann, k.ANNOTATION_QUEUE_AVAILABLE_QUOTA) or _annotation(
+        ann, k.ANNOTATION_QUEUE_AVAILABLE_QUOTA_IN_QUEUE
+    )
+    return QueueConfig(
+        name=name,
+        namespace=queue.metadata.namespace,
+        policy=queue_policy(queue.spec.queue_policy),
+        priority=queue.spec.priority or 0,
+        wait_for_pods_running=_annotation(ann, k.ANNOTATION_QUEUE_WAIT_FOR_PODS_RUNNING) == "true",
+        enable_preemption=_annotation(ann, k.ANNOTATION_QUEUE_ENABLE_QUEUEUNIT_PREEMPTION)
+        == "true",
+        max_depth=_int(_annotation(ann, k.ANNOTATION_QUEUE_MAX_DEPTH), None, "max-depth", name),
+        priority_threshold=_int(
+            _annotation(ann, k.ANNOTATION_QUEUE_PRIORITY_THRESHOLD), 4, "priority-threshold", name
+        )
+        or 0,
+        admission_checks=queue.spec.admission_checks,
+        available_quotas=frozenset(q.strip() for q in available.split(",") if q.strip()),
+        owned=queue.metadata.labels.get(k.LABEL_QUEUE_CREATED_BY_KUBEQUEUE) == "true",
+        obj=queue,
+    )
+
+
+def _refresh_interval(queue: Queue) -> float:
+    text = _annotation(queue.metadata.annotations, k.ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL)
+    if text:
+        try:
+            seconds = Duration.parse(text).nanoseconds / 1e9
+            if seconds > 0:
+                return seconds
+        except ValueError:
+            log.warning("queue %s: ignoring refresh interval %r", queue.metadata.name, text)
+    return STATUS_INTERVAL
+
+
+def _is_queue_pod(pod: Pod) -> bool:
+    """Pods a job released for a QueueUnit are charged through the unit, not one by one."""
+    meta = pod.metadata
+    return (
+        k.LABEL_SCHEDULE_ADMISSION in meta.labels
+        or k.ANNOTATION_RELATED_QUEUEUNIT in meta.annotations
+        or k.ANNOTATION_RELATED_QUEUEUNIT_LEGACY in meta.annotations
+    )
+
+
+@dataclass(slots=True)
+class _Written:
+    """What the loop last wrote of a waiting unit's reason."""
+
+    message: str
+    at: float
+
+
+class QueueingLoop:
+    """Koord-Queue admission as a control loop (see the module docstring)."""
+
+    name = "queueing"
+
+    def __init__(
+        self,
+        plugins: Plugins | None = None,
+        *,
+        reclaim_min_runtime: float = 60.0,
+        status_interval: float = STATUS_INTERVAL,
+        rand: Callable[[], float] | None = None,
+        metrics: QueueingMetrics | None = None,
+    ) -> None:
+        self._plugins = plugins
+        self._reclaim_min_runtime = reclaim_min_runtime
+        self._status_interval = status_interval
+        self._rand = rand or random.Random(0x51).random
+        self._metrics = metrics
+        self._store: Store | None = None
+
+    # -- state (reset with every new store) ----------------------------------------------------
+
+    def _reset(self, store: Store, now: datetime) -> None:
+        self._store = store
+        self._uid_by_key: dict[tuple[str, str], str] = {}
+        self.engine = Engine(self._plugins, reclaim_min_runtime=self._reclaim_min_runtime)
+        self._recorder = EventRecorder(store, component=COMPONENT, clock=self._clock)
+        self._watches: dict[str, Watch] = {}
+        self._objects: dict[str, dict[tuple[str, str], Object]] = {
+            kind.key: {} for kind in _WATCHED
+        }
+        self._quotas_dirty = True
+        self._default_queue_wanted = False
+        self._queues_dirty = True
+        self._nodes_dirty = True
+        self._pods_dirty = True
+        self._changed_units: dict[tuple[str, str], QueueUnit | None] = {}
+        self._tree: QuotaTree | None = None
+        self._runtime_quota: RuntimeQuota | None = None
+        self._total: dict[str, int] = {}
+        self._external_demand: dict[str, dict[str, int]] = {}
+        self._runtime_dirty = True
+        self._written: dict[str, _Written] = {}
+        self._rates: dict[str, AdmissionRate] = {}
+        self._admitted_since: dict[str, int] = {}
+        self._last_status = float("-inf")
+        self._status_dirty = True
+        self._units_seen = False
+        self._reserved: set[str] = set()
+        self._timers: dict[str, float] = {}
+        self._now_dt = now
+        for kind in _WATCHED:
+            self._open(store, kind)
+
+    def _clock(self) -> datetime:
+        return self._now_dt
+
+    def _open(self, store: Store, kind: Kind) -> None:
+        watch = store.watch(kind)
+        self._watches[kind.key] = watch
+        known = self._objects[kind.key]
+        fresh: dict[tuple[str, str], Object] = {}
+        for event in watch.drain():
+            obj = event.object
+            fresh[(obj.metadata.namespace, obj.metadata.name)] = obj
+        for key in known.keys() - fresh.keys():
+            self._note(kind, key, None)
+        for key, obj in fresh.items():
+            if known.get(key) is not obj:
+                self._note(kind, key, obj)
+
+    # -- reading changes ------------------------------------------------------------------------
+
+    def _note(self, kind: Kind, key: tuple[str, str], obj: Object | None) -> None:
+        objects = self._objects[kind.key]
+        if obj is None:
+            objects.pop(key, None)
+        else:
+            objects[key] = obj
+        if kind is _UNIT:
+            self._changed_units[key] = obj if isinstance(obj, QueueUnit) else None
+        elif kind is _QUOTA:
+            self._quotas_dirty = True
+        elif kind is _QUEUE:
+            self._queues_dirty = True
+        elif kind is _NODE:
+            self._nodes_dirty = True
+        elif kind is _POD:
+            self._pods_dirty = True
+
+    def _drain(self, store: Store) -> None:
+        for kind in _WATCHED:
+            watch = self._watches[kind.key]
+            for event in watch.drain():
+                obj = event.object
+                key = (obj.metadata.namespace, obj.metadata.name)
+                self._note(kind, key, None if event.type is EventType.DELETED else obj)
+            if watch.closed:
+                log.info("queueing: %s watch fell behind; reading the kind again", kind.key)
+                self._open(store, kind)
+
+    # -- quotas, queues, units ---------------------------------------------------------------------
+
+    def _quota_objects(self) -> list[ElasticQuota]:
+        return [q for q in self._objects[_QUOTA.key].values() if isinstance(q, ElasticQuota)]
+
+    def _sync_quotas(self, store: Store) -> None:
+        if not self._quotas_dirty:
+            return
+        self._quotas_dirty = False
+        quotas = self._quota_objects()
+        index = QuotaIndex.build(quotas)
+        if self._tree is not None and index.by_name == self.engine.index.by_name:
+            return
+        self.engine.set_quotas(index)
+        self._tree = QuotaTree.build(index)
+        self._runtime_dirty = True
+        self._pods_dirty = True
+        # A unit's quota may follow its namespace: resolve every unit again.
+        for key, obj in self._objects[_UNIT.key].items():
+            self._changed_units.setdefault(key, obj if isinstance(obj, QueueUnit) else None)
+        self._write_queues(store, quotas)
+
+    def _write_queues(self, store: Store, quotas: list[ElasticQuota]) -> None:
+        needs_default = any(u.quota == k.QUOTA_DEFAULT for u in self.engine.units.values())
+        desired = {
+            (q.metadata.namespace, q.metadata.name): q
+            for q in self.engine.plugins.mapping.desired_queues(quotas)
+            # The default quota's queue is made once a unit waits for it.
+            if q.metadata.name != k.QUOTA_DEFAULT or needs_default
+        }
+        existing = self._objects[_QUEUE.key]
+        writes: list[Object] = []
+        for key, queue in desired.items():
+            current = existing.get(key)
+            if isinstance(current, Queue):
+                if current.metadata.labels.get(k.LABEL_QUEUE_CREATED_BY_KUBEQUEUE) != "true":
+                    continue  # a Queue made by hand keeps its settings
+                wanted_labels = {**current.metadata.labels, **queue.metadata.labels}
+                wanted_annotations = {**current.metadata.annotations, **queue.metadata.annotations}
+                if (
+                    current.spec.queue_policy == queue.spec.queue_policy
+                    and current.spec.priority == queue.spec.priority
+                    and current.metadata.labels == wanted_labels
+                    and current.metadata.annotations == wanted_annotations
+                ):
+                    continue
+                writes.append(
+                    msgspec.structs.replace(
+                        current,
+                        metadata=msgspec.structs.replace(
+                            current.metadata, labels=wanted_labels, annotations=wanted_annotations
+                        ),
+                        spec=msgspec.structs.replace(
+                            current.spec,
+                            queue_policy=queue.spec.queue_policy,
+                            priority=queue.spec.priority,
+                        ),
+                    )
+                )
+            else:
+                writes.append(queue)
+        for key, current in list(existing.items()):
+            if (
+                key not in desired
+                and current.metadata.labels.get(k.LABEL_QUEUE_CREATED_BY_KUBEQUEUE) == "true"
+            ):
+                try:
+                    store.delete(_QUEUE, key[1], key[0])
+                except StoreError as err:
+                    log.debug("queueing: deleting queue %s/%s: %s", key[0], key[1], err)
+        if writes:
+            for result in store.apply_many(writes):
+                if isinstance(result, StoreError):
+                    log.warning("queueing: writing a queue: %s", result)
+
+    def _sync_queues(self) -> None:
+        if not self._queues_dirty:
+            return
+        self._queues_dirty = False
+        configs: dict[str, QueueConfig] = {}
+        for (namespace, name), obj in sorted(self._objects[_QUEUE.key].items()):
+            if not isinstance(obj, Queue):
+                continue
+            if name in configs and namespace != k.QUEUE_NAMESPACE:
+                continue
+            configs[name] = queue_config(obj)
+        self.engine.set_queues(configs)
+
+    def _unit_quota(self, unit: QueueUnit) -> str:
+        label = unit_quota_label(unit)
+        index = self.engine.index
+        if label:
+            return label
+        namespace = unit.metadata.namespace or "default"
+        if (namespace, namespace) in index.object_keys:
+            return namespace
+        return index.bound.get(namespace, k.QUOTA_DEFAULT)
+
+    def _sync_units(self, now: datetime) -> None:
+        changed = self._changed_units
+        if not changed:
+            return
+        self._changed_units = {}
+        self._units_seen = True
+        engine = self.engine
+        for key, obj in changed.items():
+            if obj is None:
+                uid = self._uid_by_key.pop(key, None)
+                if uid is not None:
+                    engine.remove(uid)
+                    self._written.pop(uid, None)
+                    self._reserved.discard(uid)
+                    self._timers.pop(uid, None)
+                continue
+            info = unit_info(obj, self._unit_quota(obj))
+            previous = self._uid_by_key.get(key)
+            if previous is not None and previous != info.uid:
+                engine.remove(previous)
+            self._uid_by_key[key] = info.uid
+            engine.upsert(info)
+            if info.quota == k.QUOTA_DEFAULT and k.QUOTA_DEFAULT not in engine.queues:
+                self._default_queue_wanted = True
+            if info.phase == phases.RESERVED:
+                self._reserved.add(info.uid)
+            else:
+                self._reserved.discard(info.uid)
+            self._track_timers(info, now)
+
+    def _track_timers(self, info: UnitInfo, now: datetime) -> None:
+        """Backoff ends and execution deadlines of ``info`` (seconds since the epoch)."""
+        uid = info.uid
+        self._timers.pop(uid, None)
+        status = info.obj.status
+        if info.phase == phases.TIMEOUT_BACKOFF and status.requeue_state is not None:
+            at = status.requeue_state.requeue_at
+            if at is not None:
+                self._timers[uid] = at.timestamp()
+        elif info.holds and not info.active:
+            self._timers[uid] = now.timestamp()
+        elif info.phase == phases.RUNNING and info.obj.spec.maximum_execution_time_seconds:
+            deadline = _execution_deadline(info.obj)
+            if deadline is not None:
+                self._timers[uid] = deadline
+
+    # -- nodes, pods, runtime ---------------------------------------------------------------------
+
+    def _sync_nodes(self) -> None:
+        if not self._nodes_dirty:
+            return
+        self._nodes_dirty = False
+        total: dict[str, int] = {}
+        for node in self._objects[_NODE.key].values():
+            if isinstance(node, Node):
+                for name, amount in node.allocatable.items():
+                    total[name] = total.get(name, 0) + amount
+        if total != self._total:
+            self._total = total
+            self._runtime_dirty = True
+
+    def _sync_pods(self) -> None:
+        """Pods outside the queue count in their quota's demand, and in used once bound."""
+        if not self._pods_dirty:
+            return
+        self._pods_dirty = False
+        index = self.engine.index
+        ledger = self.engine.ledger
+        demand: dict[str, dict[str, int]] = {}
+        seen: set[str] = set()
+        for pod in self._objects[_POD.key].values():
+            if not isinstance(pod, Pod) or pod.is_terminated or _is_queue_pod(pod):
+                continue
+            quota = quota_name(pod, index)
+            if not quota:
+                continue
+            request = pod_requests(pod)
+            total = demand.setdefault(quota, {})
+            for name, amount in request.items():
+                total[name] = total.get(name, 0) + amount
+            if pod.spec.node_name:
+                holder = (
+                    f"pod:{pod.metadata.uid or pod.metadata.namespace + '/' + pod.metadata.name}"
+                )
+                seen.add(holder)
+                ledger.charge(
+                    holder,
+                    quota,
+                    request,
+                    non_preemptible=pod.metadata.labels.get(k.LABEL_QUOTA_PREEMPTIBLE) == "false",
+                )
+        for holder in [h for h in ledger.holders() if h.startswith("pod:") and h not in seen]:
+            ledger.release(holder)
+        if demand != self._external_demand:
+            self._external_demand = demand
+            self._runtime_dirty = True
+
+    def _sync_runtime(self) -> None:
+        engine = self.engine
+        if self._tree is None or not (self._runtime_dirty or engine.demand_changed):
+            return
+        self._runtime_dirty = False
+        requests: dict[str, dict[str, int]] = {}
+        for source in (engine.demand(), self._external_demand):
+            for quota, amounts in source.items():
+                total = requests.setdefault(quota, {})
+                for name, amount in amounts.items():
+                    if name != MAX_JOBS:
+                        total[name] = total.get(name, 0) + amount
+        outside = {k.QUOTA_SYSTEM, k.QUOTA_DEFAULT}
+        total = dict(self._total)
+        for quota in outside:
+            for name, amount in engine.ledger.used(quota).items():
+                if name in total:
+                    total[name] -= amount
+        quota_runtime = self._tree.runtime(requests, total)
+        self._runtime_quota = quota_runtime
+        reported = {name for name, amount in self._total.items() if amount > 0}
+        enforced: dict[str, dict[str, int]] = {}
+        for quota in engine.index.by_name:
+            if quota in outside or quota == k.QUOTA_ROOT:
+                continue
+            amounts = {r: v for r, v in quota_runtime.of(quota).items() if r in reported}
+            if amounts:
+                enforced[quota] = amounts
+        engine.set_runtime(enforced)
+
+    # -- the pass ----------------------------------------------------------------------------------
+
+    def reconcile(self, ctx: LoopContext) -> float | None:
+        now = ctx.now()
+        store = ctx.store
+        if store is not self._store:
+            self._reset(store, now)
+        self._now_dt = now
+        self._drain(store)
+        self._sync_quotas(store)
+        self._drain(store)  # the queues just written
+        self._sync_queues()
+        self._sync_nodes()
+        self._sync_pods()
+        self._sync_units(now)
+        if self._default_queue_wanted:
+            self._default_queue_wanted = False
+            self._write_queues(store, self._quota_objects())
+            self._drain(store)
+            self._sync_queues()
+            self._sync_units(now)
+        self._sync_runtime()
+        writes: dict[str, QueueUnit] = {}
+        events: list[tuple[Object, str, str, str]] = []
+        self._expire_timers(now, writes, events)
+        self._run_checks(now, writes, events)
+        result = self.engine.cycle(now)
+        for admitted in result.admitted:
+            self._admit(admitted, now, writes, events)
+        for eviction in result.evicted:
+            self._evict(eviction, now, writes, events)
+        for victim, replicas in result.reclaims:
+            self._mark_reclaim(victim, replicas, now, writes, events)
+        self._write_refusals(now, writes, events, everyone=False)
+        if writes or result.admitted or result.evicted or self._units_seen:
+            self._status_dirty = True
+        self._units_seen = False
+        if self._status_dirty and now.timestamp() - self._last_status >= self._status_interval:
+            self._last_status = now.timestamp()
+            self._status_dirty = False
+            self._write_refusals(now, writes, events, everyone=True)
+            self._write_status(store, now)
+        self._flush(store, writes, events)
+        if self._metrics is not None:
+            for (queue, outcome), count in result.attempts.items():
+                for _ in range(count):
+                    self._metrics.attempt(queue, outcome)
+            for _queue, seconds in result.filter_samples:
+                self._metrics.algorithm_latency.observe(seconds * 1000.0)
+        if result.more:
+            return 0.0
+        waits = [t - now.timestamp() for t in self._timers.values()]
+        if self._status_dirty:
+            waits.append(self._last_status + self._status_interval - now.timestamp())
+        return max(0.0, min(waits)) if waits else None
+
+    # -- decisions into objects --------------------------------------------------------------------
+
+    def _current(self, uid: str, writes: Mapping[str, QueueUnit]) -> QueueUnit | None:
+        written = writes.get(uid)
+        if written is not None:
+            return written
+        unit = self.engine.units.get(uid)
+        return unit.obj if unit is not None else None
+
+    def _admit(
+        self,
+        admitted: Admitted,
+        now: datetime,
+        writes: dict[str, QueueUnit],
+        events: list[tuple[Object, str, str, str]],
+    ) -> None:
+        unit = self._current(admitted.unit.uid, writes)
+        if unit is None:
+            return
+        totals = {a.name: a for a in unit.status.admissions}
+        for name, replicas in admitted.replicas.items():
+            before = totals.get(name)
+            totals[name] = (
+                Admission(name=name, replicas=replicas)
+                if before is None
+                else msgspec.structs.replace(before, replicas=before.replicas + replicas)
+            )
+        queue = self.engine.queues.get(admitted.queue)
+        config = queue.config if queue is not None else None
+        matched = (
+            checks.matching_checks(config.obj, unit)
+            if config is not None and config.obj is not None and config.admission_checks
+            else ()
+        )
+        if matched and unit.status.phase not in (phases.DEQUEUED, phases.RUNNING):
+            phase, message = phases.RESERVED, RESERVED_MESSAGE
+            states = checks.reset_states(matched, now)
+        else:
+            phase = (
+                unit.status.phase
+                if unit.status.phase in (phases.DEQUEUED, phases.RUNNING)
+                else phases.DEQUEUED
+            )
+            message, states = DEQUEUED_MESSAGE, unit.status.admission_checks
+        status = msgspec.structs.replace(
+            unit.status,
+            phase=phase,
+            message=message,
+            admissions=tuple(totals.values()),
+            admission_checks=states,
+            last_update_time=now,
+            last_allocate_time=now,
+            conditions=phases.mirrored_conditions(unit.status.conditions, phase, now),
+        )
+        writes[admitted.unit.uid] = msgspec.structs.replace(
+            unit,
+            spec=msgspec.structs.replace(unit.spec, queue=admitted.queue),
+            status=status,
+        )
+        self._written.pop(admitted.unit.uid, None)
+        if self._metrics is not None:
+            self._metrics.admitted(unit.metadata.creation_timestamp, now)
+        self._admitted_since[admitted.queue] = self._admitted_since.get(admitted.queue, 0) + 1
+        counts = ", ".join(f"{n}={r}" for n, r in sorted(admitted.replicas.items()))
+        events.append(
+            (
+                unit,
+                NORMAL,
+                SCHEDULED,
+                f"Admitted by queue {admitted.queue} against quota {admitted.unit.quota}"
+                f" ({counts})",
+            )
+        )
+
+    def _mark_reclaim(
+        self,
+        victim: UnitInfo,
+        replicas: Mapping[str, int],
+        now: datetime,
+        writes: dict[str, QueueUnit],
+        events: list[tuple[Object, str, str, str]],
+    ) -> None:
+        unit = self._current(victim.uid, writes)
+        if unit is None:
+            return
+        admissions = tuple(
+            msgspec.structs.replace(a, reclaim_state=ReclaimState(replicas=replicas[a.name]))
+            if a.name in replicas
+            else a
+            for a in unit.status.admissions
+        )
+        writes[victim.uid] = msgspec.structs.replace(
+            unit,
+            status=msgspec.structs.replace(
+                unit.status,
+                admissions=admissions,
+                message=RECLAIM_MESSAGE,
+                last_update_time=now,
+            ),
+        )
+        counts = ", ".join(f"{n}={r}" for n, r in sorted(replicas.items()))
+        events.append((unit, WARNING, "Preempted", f"{RECLAIM_MESSAGE} ({counts})"))
+
+    def _evicted_status(
+        self, unit: QueueUnit, now: datetime, reason: str, message: str, phase: str
+    ) -> QueueUnitStatus:
+        banked = unit.status.accumulated_past_execution_time_seconds or 0
+        ready = next(
+            (c for c in unit.status.conditions if c.type == "PodsReady" and c.status == "True"),
+            None,
+        )
+        if ready is not None and ready.last_transition_time is not None:
+            banked += int((now - ready.last_transition_time).total_seconds())
+        return msgspec.structs.replace(
+            unit.status,
+            phase=phase,
+            message=message,
+            admissions=(),
+            last_update_time=now,
+            accumulated_past_execution_time_seconds=banked or None,
+            conditions=phases.mirrored_conditions(
+                unit.status.conditions, phase, now, message=message, evicted_reason=reason
+            ),
+        )
+
+    def _evict(
+        self,
+        eviction: Eviction,
+        now: datetime,
+        writes: dict[str, QueueUnit],
+        events: list[tuple[Object, str, str, str]],
+        *,
+        deactivate: bool = False,
+    ) -> None:
+        unit = self._current(eviction.unit.uid, writes)
+        if unit is None:
+            return
+        status = self._evicted_status(unit, now, eviction.reason, eviction.message, phases.ENQUEUED)
+        if eviction.reason == phases.EVICTED_MAX_EXECUTION:
+            status = msgspec.structs.replace(status, accumulated_past_execution_time_seconds=None)
+        spec = msgspec.structs.replace(unit.spec, active=False) if deactivate else unit.spec
+        writes[eviction.unit.uid] = msgspec.structs.replace(unit, spec=spec, status=status)
+        self.engine.updating.add(eviction.unit.uid)
+        events.append((unit, WARNING, "Evicted", eviction.message))
+
+    def _expire_timers(
+        self,
+        now: datetime,
+        writes: dict[str, QueueUnit],
+        events: list[tuple[Object, str, str, str]],
+    ) -> None:
+        instant = now.timestamp()
+        due = [uid for uid, at in self._timers.items() if at <= instant]
+        for uid in due:
+            del self._timers[uid]
+            info = self.engine.units.get(uid)
+            if info is None:
+                continue
+            unit = info.obj
+            if info.phase == phases.TIMEOUT_BACKOFF:
+                writes[uid] = msgspec.structs.replace(
+                    unit,
+                    status=msgspec.structs.replace(
+                        unit.status,
+                        phase=phases.ENQUEUED,
+                        message=REQUEUED_MESSAGE,
+                        last_update_time=now,
+                        conditions=phases.mirrored_conditions(
+                            unit.status.conditions, phases.ENQUEUED, now
+                        ),
+                    ),
+                )
+            elif info.holds and not info.active:
+                self._release_in_engine(info)
+                self._evict(
+                    Eviction(
+                        info, phases.EVICTED_DEACTIVATED, "unit deactivated (spec.active=false)"
+                    ),
+                    now,
+                    writes,
+                    events,
+                )
+            elif info.phase == phases.RUNNING:
+                self._release_in_engine(info)
+                self._evict(
+                    Eviction(
+                        info,
+                        phases.EVICTED_MAX_EXECUTION,
+                        f"exceeded maximumExecutionTimeSeconds "
+                        f"({unit.spec.maximum_execution_time_seconds})",
+                    ),
+                    now,
+                    writes,
+                    events,
+                    deactivate=True,
+                )
+
+    def _release_in_engine(self, info: UnitInfo) -> None:
+        for plugin in self.engine.plugins.reserves:
+            plugin.removed(self.engine._ctx, info)
+
+    # -- admission checks --------------------------------------------------------------------------
+
+    def _check_objects(self) -> dict[str, AdmissionCheck]:
+        return {
+            key[1]: obj
+            for key, obj in self._objects[_CHECK.key].items()
+            if isinstance(obj, AdmissionCheck)
+        }
+
+    def _run_checks(
+        self,
+        now: datetime,
+        writes: dict[str, QueueUnit],
+        events: list[tuple[Object, str, str, str]],
+    ) -> None:
+        if not self._reserved:
+            return
+        objects = self._check_objects()
+        free: Mapping[str, Mapping[str, int]] | None = None
+        for uid in sorted(self._reserved):
+            info = self.engine.units.get(uid)
+            if info is None or info.phase != phases.RESERVED or uid in self.engine.updating:
+                continue
+            unit = info.obj
+            states = list(unit.status.admission_checks)
+            changed = False
+            gate = ""
+            for position, state in enumerate(states):
+                blocked = checks.check_gate(state.name, objects)
+                if blocked is not None:
+                    gate = blocked
+                    continue
+                obj = objects.get(state.name)
+                factory = CHECKERS.get(obj.spec.controller_name) if obj is not None else None
+                if factory is None:
+                    continue  # an external controller owns this check
+                if free is None:
+                    free = free_capacity(
+                        (n for n in self._objects[_NODE.key].values() if isinstance(n, Node)),
+                        (p for p in self._objects[_POD.key].values() if isinstance(p, Pod)),
+                    )
+                decided = factory().decide(unit, CheckContext(check=state.name, now=now, free=free))
+                if decided is not None and decided != state:
+                    states[position] = decided
+                    changed = True
+            verdict = checks.verdict(states)
+            if verdict is checks.Verdict.READY:
+                status = msgspec.structs.replace(
+                    unit.status,
+                    phase=phases.DEQUEUED,
+                    message=DEQUEUED_MESSAGE,
+                    admission_checks=tuple(states),
+                    last_update_time=now,
+                    conditions=phases.mirrored_conditions(
+                        unit.status.conditions, phases.DEQUEUED, now
+                    ),
+                )
+                writes[uid] = msgspec.structs.replace(unit, status=status)
+                events.append((unit, NORMAL, SCHEDULED, "all admission checks are Ready"))
+            elif verdict is checks.Verdict.RETRY:
+                retry_after = max(
+                    (s.requeue_after_seconds or 0 for s in states if s.state == checks.RETRY),
+                    default=0,
+                )
+                requeue = checks.next_requeue_state(
+                    unit.status.requeue_state, now, self._rand, retry_after or None
+                )
+                message = "admission check failed: " + ", ".join(
+                    f"{s.name}: {s.message or s.state}" for s in states if s.state == checks.RETRY
+                )
+                self._release_in_engine(info)
+                status = msgspec.structs.replace(
+                    self._evicted_status(
+                        unit, now, phases.EVICTED_BACKOFF, message, phases.TIMEOUT_BACKOFF
+                    ),
+                    admission_checks=tuple(states),
+                    requeue_state=requeue,
+                )
+                writes[uid] = msgspec.structs.replace(unit, status=status)
+                self.engine.updating.add(uid)
+                events.append((unit, WARNING, "AdmissionCheckRetry", message))
+            elif verdict is checks.Verdict.REJECTED:
+                message = "admission check rejected: " + ", ".join(
+                    f"{s.name}: {s.message or s.state}"
+                    for s in states
+                    if s.state == checks.REJECTED
+                )
+                self._release_in_engine(info)
+                status = msgspec.structs.replace(
+                    self._evicted_status(
+                        unit, now, phases.EVICTED_DEACTIVATED, message, phases.ENQUEUED
+                    ),
+                    admission_checks=tuple(states),
+                )
+                writes[uid] = msgspec.structs.replace(
+                    unit, spec=msgspec.structs.replace(unit.spec, active=False), status=status
+                )
+                self.engine.updating.add(uid)
+                events.append((unit, WARNING, "AdmissionCheckRejected", message))
+            elif changed or (gate and unit.status.message != gate):
+                writes[uid] = msgspec.structs.replace(
+                    unit,
+                    status=msgspec.structs.replace(
+                        unit.status,
+                        admission_checks=tuple(states),
+                        message=gate or unit.status.message,
+                    ),
+                )
+
+    # -- reasons -----------------------------------------------------------------------------------
+
+    def _write_refusals(
+        self,
+        now: datetime,
+        writes: dict[str, QueueUnit],
+        events: list[tuple[Object, str, str, str]],
+        *,
+        everyone: bool,
+    ) -> None:
+        engine = self.engine
+        instant = now.timestamp()
+        if everyone:
+            uids: Iterable[str] = [
+                uid
+                for uid, unit in engine.units.items()
+                if engine.is_candidate(unit) and uid not in writes
+            ]
+        else:
+            uids = list(engine.refusals)
+        for uid in uids:
+            if uid in writes:
+                continue
+            status = engine.refusal_of(uid)
+            if status is None:
+                continue
+            info = engine.units.get(uid)
+            if info is None or not engine.is_candidate(info):
+                continue
+            message = status.message
+            written = self._written.get(uid)
+            if written is None and info.obj.status.message == message:
+                self._written[uid] = _Written(message, instant)
+                continue
+            if written is not None and written.message == message:
+                continue
+            if written is not None and not everyone and _same_reason(written.message, message):
+                continue  # only the amounts moved: refreshed with the queue status
+            self._written[uid] = _Written(message, instant)
+            unit = info.obj
+            phase = unit.status.phase or phases.ENQUEUED
+            writes[uid] = msgspec.structs.replace(
+                unit,
+                status=msgspec.structs.replace(
+                    unit.status,
+                    phase=phase,
+                    message=message,
+                    last_update_time=now,
+                    conditions=phases.mirrored_conditions(
+                        unit.status.conditions, phase, now, message=message
+                    ),
+                ),
+            )
+            if uid in engine.refusals:
+                events.append((unit, WARNING, FAILED_SCHEDULING, message))
+
+    # -- status of queues and quotas ---------------------------------------------------------------
+
+    def _write_status(self, store: Store, now: datetime) -> None:
+        engine = self.engine
+        writes: list[Object] = []
+        for name, queue in engine.queues.items():
+            obj = queue.config.obj
+            if obj is None:
+                continue
+            rate = self._rates.get(name, AdmissionRate()).update(
+                now, self._admitted_since.pop(name, 0)
+            )
+            self._rates[name] = rate
+            annotations = dict(obj.metadata.annotations)
+            disabled = _annotation(annotations, k.ANNOTATION_QUEUE_DISABLE_SHOW_QUEUE_ITEMS)
+            show = not (
+                k.ANNOTATION_QUEUE_DISABLE_SHOW_QUEUE_ITEMS in annotations
+                or k.ANNOTATION_QUEUE_DISABLE_SHOW_QUEUE_ITEMS_LEGACY in annotations
+                or disabled
+            )
+            details = (
+                queue_item_details(
+                    [(u.name, u.namespace, u.priority) for u in engine.ordered(name)]
+                )
+                if show
+                else obj.status.queue_item_details
+            )
+            annotations[ANNOTATION_QUEUE_ADMISSION_RATE] = format_rate(rate)
+            if details == obj.status.queue_item_details and annotations == obj.metadata.annotations:
+                continue
+            writes.append(
+                msgspec.structs.replace(
+                    obj,
+                    metadata=msgspec.structs.replace(obj.metadata, annotations=annotations),
+                    status=msgspec.structs.replace(obj.status, queue_item_details=details),
+                )
+            )
+        runtime = self._runtime_quota
+        if self._metrics is not None:
+            self._metrics.observe(self._snapshot(runtime))
+        for quota in self._quota_objects():
+            name = quota.metadata.name
+            used = ResourceList(
+                {r: v for r, v in engine.ledger.used(name).items() if r != MAX_JOBS and v}
+            )
+            pinned = ResourceList(
+                {
+                    r: v
+                    for r, v in engine.ledger.non_preemptible_used(name).items()
+                    if r != MAX_JOBS and v
+                }
+            )
+            enforced = engine.runtime.get(name, {})
+            limit = {r: enforced.get(r, v) for r, v in quota.spec.max.items() if r != MAX_JOBS}
+            updated = quota_status(
+                quota,
+                used=used,
+                runtime=ResourceList(limit),
+                request=runtime.request.get(name, ResourceList())
+                if runtime is not None
+                else ResourceList(),
+                non_preemptible_used=pinned,
+            )
+            if updated is not None:
+                writes.append(updated)
+        if writes:
+            for result in store.update_many(writes):
+                if isinstance(result, StoreError):
+                    log.debug("queueing: status write: %s", result)
+
+    def _snapshot(self, runtime: RuntimeQuota | None) -> QueueingSnapshot:
+        engine = self.engine
+        backoff: dict[str, int] = {}
+        for info in engine.units.values():
+            if info.phase == phases.TIMEOUT_BACKOFF:
+                queue = engine.queue_of(info.uid) or info.quota
+                backoff[queue] = backoff.get(queue, 0) + 1
+        samples = []
+        for quota in self._quota_objects():
+            name = quota.metadata.name
+            labels = quota.metadata.labels
+            samples.append(
+                QuotaStatusSample(
+                    name=name,
+                    tree=labels.get(k.LABEL_QUOTA_TREE_ID, ""),
+                    is_parent=labels.get(k.LABEL_QUOTA_IS_PARENT) == "true",
+                    parent=labels.get(k.LABEL_QUOTA_PARENT) or k.QUOTA_ROOT,
+                    used={r: v for r, v in engine.ledger.used(name).items() if r != MAX_JOBS},
+                    runtime=dict(engine.runtime.get(name, quota.spec.max)),
+                    request=dict(runtime.request.get(name, {})) if runtime is not None else {},
+                    min=dict(quota.spec.min),
+                    max=dict(quota.spec.max),
+                )
+            )
+        return QueueingSnapshot(
+            active={name: engine.pending_count(name) for name in engine.queues},
+            backoff=backoff,
+            quotas=tuple(samples),
+        )
+
+    def _flush(
+        self,
+        store: Store,
+        writes: Mapping[str, QueueUnit],
+        events: list[tuple[Object, str, str, str]],
+    ) -> None:
+        if writes:
+            for result in store.update_many(list(writes.values())):
+                if isinstance(result, StoreError):
+                    log.debug("queueing: unit write: %s", result)
+        for obj, type_, reason, message in events:
+            try:
+                self._recorder.record(obj, type=type_, reason=reason, message=message)
+            except StoreError as err:
+                log.debug("queueing: event: %s", err)
+
+
+def _same_reason(before: str, after: str) -> bool:
+    """Two reasons naming the same quota and resource (only the amounts differ)."""
+    return before.split(";", 1)[0] == after.split(";", 1)[0]
+
+
+def _execution_deadline(unit: QueueUnit) -> float | None:
+    budget = unit.spec.maximum_execution_time_seconds
+    if not budget:
+        return None
+    ready = next(
+        (c for c in unit.status.conditions if c.type == "PodsReady" and c.status == "True"), None
+    )
+    if ready is None or ready.last_transition_time is None:
+        return None
+    banked = unit.status.accumulated_past_execution_time_seconds or 0
+    return ready.last_transition_time.timestamp() + max(0, budget - banked)

@@ -1,0 +1,21 @@
+"""Fixtures of the job extension tests: a settable clock and a memory store stamped by it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from controller.store import Store
+from tests.controller.queueing.jobs import Clock
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(clock: Clock) -> Iterator[Store]:
+    with Store(clock=clock) as opened:
+        yield opened
