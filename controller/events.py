@@ -8,7 +8,7 @@ namespace ``default``, as Kubernetes puts them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 import msgspec
@@ -16,7 +16,7 @@ import msgspec
 from apis.core import Event, EventSource
 from apis.kinds import Registry
 from apis.meta import Object, ObjectMeta, ObjectReference
-from controller.errors import NotFound
+from controller.errors import NotFound, StoreError
 from controller.store import Store
 
 __all__ = ["MAX_MESSAGE_BYTES", "EventRecorder"]
@@ -113,6 +113,63 @@ class EventRecorder:
         event = self._create_unique(event)
         self._seen[key] = (event.metadata.namespace, event.metadata.name)
         return event
+
+    def record_many(self, items: Iterable[tuple[Object, str, str, str]]) -> None:
+        """Record each ``(obj, type, reason, message)``; the new Events are written in one
+        store transaction (an Event seen before gets its count bumped, as :meth:`record`)."""
+        now = self._clock().replace(microsecond=0)
+        stamp = f"{int(now.timestamp() * 1e9):x}"
+        kind = self.registry.for_type(Event)
+        fresh: list[Event] = []
+        keys: list[_Key] = []
+        batch: set[_Key] = set()
+        taken: set[tuple[str, str]] = set()
+        for obj, type_, reason, message in items:
+            message = _truncate(message)
+            namespace = obj.metadata.namespace or "default"
+            key: _Key = (
+                obj.kind,
+                namespace,
+                obj.metadata.name,
+                obj.metadata.uid,
+                type_,
+                reason,
+                message,
+            )
+            if key in self._seen or key in batch:
+                self.record(obj, type=type_, reason=reason, message=message)
+                continue
+            base = f"{obj.metadata.name}.{stamp}"
+            name = base
+            attempt = 0
+            while (namespace, name) in taken or self._store.exists(kind, name, namespace):
+                attempt += 1
+                name = f"{base}-{attempt}"
+            taken.add((namespace, name))
+            keys.append(key)
+            batch.add(key)
+            fresh.append(
+                Event(
+                    metadata=ObjectMeta(name=name, namespace=namespace),
+                    involved_object=self.reference(obj),
+                    reason=reason,
+                    message=message,
+                    source=EventSource(component=self._component, host=self._host),
+                    first_timestamp=now,
+                    last_timestamp=now,
+                    count=1,
+                    type=type_,
+                    reporting_component=self._component,
+                    reporting_instance=self._host,
+                )
+            )
+        if not fresh:
+            return
+        for key, result in zip(keys, self._store.apply_many(fresh), strict=True):
+            if isinstance(result, StoreError):
+                raise result
+            stored = result[0]
+            self._seen[key] = (stored.metadata.namespace, stored.metadata.name)
 
     def _create_unique(self, event: Event) -> Event:
         base = event.metadata.name

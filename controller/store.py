@@ -301,6 +301,12 @@ class Store:
             raise NotFound.of(kind, name, ns)
         return obj
 
+    def exists(self, kind: Kind, name: str, namespace: str = "") -> bool:
+        """Whether the object is stored (no error either way)."""
+        self._check_open()
+        shape = self._shape(kind)
+        return self._lookup(shape.key, self._namespace(shape, namespace), name) is not None
+
     def list(
         self,
         kind: Kind,

@@ -300,6 +300,12 @@ class Engine:
                 self._holding.discard(uid)
         self._place(unit)
 
+    def refresh(self, unit: UnitInfo) -> None:
+        """A unit's object changed in nothing the engine reads (see
+        :func:`~controller.queueing.units.same_for_engine`): only the object is replaced."""
+        self.units[unit.uid] = unit
+        self.updating.discard(unit.uid)
+
     def remove(self, uid: str) -> None:
         """A unit was deleted from the store: its charge and place are released."""
         unit = self.units.pop(uid, None)
@@ -409,20 +415,10 @@ class Engine:
         return self.plugins.queue_sort.unit_order(unit)
 
     def _signature(self, queue: _Queue, unit: UnitInfo) -> Hashable:
-        shape = tuple(
-            (
-                p.count,
-                p.min_count,
-                unit.admitted.get(p.name, 0),
-                tuple(sorted(p.per_replica.items())),
-            )
-            for p in unit.pod_sets
-        )
-        return (
-            self._tier(queue, unit),
-            shape,
-            tuple(f.signature(unit) for f in self.plugins.filters),
-        )
+        filters = self.plugins.filters
+        if len(filters) == 1:
+            return (self._tier(queue, unit), unit.shape, filters[0].signature(unit))
+        return (self._tier(queue, unit), unit.shape, tuple(f.signature(unit) for f in filters))
 
     def _enter(self, queue: _Queue, unit: UnitInfo) -> None:
         key = self._signature(queue, unit)

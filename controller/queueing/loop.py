@@ -42,6 +42,7 @@ execution deadline, status refresh), else None.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -70,7 +71,13 @@ from controller.queueing.framework import QueueConfig
 from controller.queueing.metrics import QueueingMetrics, QueueingSnapshot, QuotaStatusSample
 from controller.queueing.plugins import Plugins
 from controller.queueing.plugins.elasticquota import queue_policy
-from controller.queueing.units import MAX_JOBS, UnitInfo, unit_info, unit_quota_label
+from controller.queueing.units import (
+    MAX_JOBS,
+    UnitInfo,
+    same_for_engine,
+    unit_info,
+    unit_quota_label,
+)
 from controller.queueing.visibility import (
     ANNOTATION_QUEUE_ADMISSION_RATE,
     AdmissionRate,
@@ -218,6 +225,7 @@ class QueueingLoop:
             kind.key: {} for kind in _WATCHED
         }
         self._quotas_dirty = True
+        self._requota = False
         self._default_queue_wanted = False
         self._queues_dirty = True
         self._nodes_dirty = True
@@ -305,6 +313,7 @@ class QueueingLoop:
         self._runtime_dirty = True
         self._pods_dirty = True
         # A unit's quota may follow its namespace: resolve every unit again.
+        self._requota = True
         for key, obj in self._objects[_UNIT.key].items():
             self._changed_units.setdefault(key, obj if isinstance(obj, QueueUnit) else None)
         self._write_queues(store, quotas)
@@ -390,6 +399,7 @@ class QueueingLoop:
         if not changed:
             return
         self._changed_units = {}
+        requota = self._requota
         self._units_seen = True
         engine = self.engine
         for key, obj in changed.items():
@@ -401,8 +411,17 @@ class QueueingLoop:
                     self._reserved.discard(uid)
                     self._timers.pop(uid, None)
                 continue
-            info = unit_info(obj, self._unit_quota(obj))
             previous = self._uid_by_key.get(key)
+            before = engine.units.get(previous) if previous is not None else None
+            if (
+                before is not None
+                and before.uid == (obj.metadata.uid or before.uid)
+                and not requota
+                and same_for_engine(before.obj, obj)
+            ):
+                engine.refresh(dataclasses.replace(before, obj=obj))
+                continue
+            info = unit_info(obj, self._unit_quota(obj), before)
             if previous is not None and previous != info.uid:
                 engine.remove(previous)
             self._uid_by_key[key] = info.uid
@@ -414,6 +433,7 @@ class QueueingLoop:
             else:
                 self._reserved.discard(info.uid)
             self._track_timers(info, now)
+        self._requota = False
 
     def _track_timers(self, info: UnitInfo, now: datetime) -> None:
         """Backoff ends and execution deadlines of ``info`` (seconds since the epoch)."""
@@ -1044,11 +1064,11 @@ class QueueingLoop:
             for result in store.update_many(list(writes.values())):
                 if isinstance(result, StoreError):
                     log.debug("queueing: unit write: %s", result)
-        for obj, type_, reason, message in events:
+        if events:
             try:
-                self._recorder.record(obj, type=type_, reason=reason, message=message)
+                self._recorder.record_many(events)
             except StoreError as err:
-                log.debug("queueing: event: %s", err)
+                log.debug("queueing: events: %s", err)
 
 
 def _same_reason(before: str, after: str) -> bool:

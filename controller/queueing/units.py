@@ -30,7 +30,7 @@ import msgspec
 
 from apis import constants as k
 from apis.core import PodSpec, pod_requests
-from apis.queueing import QueueUnit
+from apis.queueing import QueueUnit, QueueUnitSpec
 from apis.resources import ResourceList
 from controller.queueing import phases
 
@@ -39,6 +39,7 @@ __all__ = [
     "PodSetInfo",
     "UnitInfo",
     "add_into",
+    "same_for_engine",
     "scaled",
     "unit_info",
     "unit_key",
@@ -47,6 +48,7 @@ __all__ = [
 
 MAX_JOBS: Final = k.RESOURCE_QUEUE_MAX_JOBS
 _EPOCH: Final = 0.0
+_NOTHING: Final[Mapping[str, int]] = {}
 
 Vector = Mapping[str, int]
 
@@ -68,6 +70,8 @@ class PodSetInfo:
     min_count: int
     #: Request of one replica.
     per_replica: ResourceList
+    #: ``per_replica`` as a sorted tuple (a hashable key).
+    request_key: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -90,14 +94,17 @@ class UnitInfo:
     admitted: Mapping[str, int]
     #: Pod set -> replicas still to admit (pod sets fully admitted are absent).
     outstanding: Mapping[str, int]
-    #: What the unit holds now (empty when it holds nothing).
-    charge: ResourceList
+    #: What the unit holds now (empty when it holds nothing); never changed after reading.
+    charge: Mapping[str, int]
     #: The whole job's request (every replica), for the quota's demand.
-    demand: ResourceList
+    demand: Mapping[str, int]
     holds: bool
     finished: bool
     #: Admitted replicas all bound (or nothing admitted).
     all_running: bool
+    #: What every filter's request depends on: per pod set (count, minCount, admitted,
+    #: per-replica request), in order (names aside).
+    shape: tuple[tuple[int, int, int, tuple[tuple[str, int], ...]], ...] = ()
 
     @property
     def namespace(self) -> str:
@@ -177,26 +184,58 @@ def _timestamp(value: datetime | None) -> float:
     return value.timestamp() if value is not None else _EPOCH
 
 
-def unit_info(unit: QueueUnit, quota: str) -> UnitInfo:
-    """Read ``unit``, charged to ``quota`` (the caller resolves it, see the module docs)."""
-    meta = unit.metadata
-    spec = unit.spec
-    status = unit.status
+def _pod_sets(spec: QueueUnitSpec) -> tuple[PodSetInfo, ...]:
     if spec.pod_set:
-        pod_sets = tuple(
+        return tuple(
             PodSetInfo(
                 name=p.name,
                 count=max(0, p.count),
                 min_count=max(1, min(p.count, p.min_count)) if p.min_count else max(0, p.count),
-                per_replica=_per_replica(p.template.spec),
+                per_replica=(request := _per_replica(p.template.spec)),
+                request_key=tuple(sorted(request.items())),
             )
             for p in spec.pod_set
         )
-    else:
-        legacy = spec.resource or spec.request
-        pod_sets = (
-            PodSetInfo(name=k.QUEUE_DEFAULT_PODSET, count=1, min_count=1, per_replica=legacy),
-        )
+    legacy = spec.resource or spec.request
+    return (
+        PodSetInfo(
+            name=k.QUEUE_DEFAULT_PODSET,
+            count=1,
+            min_count=1,
+            per_replica=legacy,
+            request_key=tuple(sorted(legacy.items())),
+        ),
+    )
+
+
+def same_for_engine(before: QueueUnit, after: QueueUnit) -> bool:
+    """Nothing the engine reads differs (a write of a message or conditions only)."""
+    if before is after:
+        return True
+    b, a = before.status, after.status
+    return (
+        (before.spec is after.spec or before.spec == after.spec)
+        and before.metadata.labels == after.metadata.labels
+        and before.metadata.annotations == after.metadata.annotations
+        and before.metadata.creation_timestamp == after.metadata.creation_timestamp
+        and b.phase == a.phase
+        and (b.admissions is a.admissions or b.admissions == a.admissions)
+        and b.last_allocate_time == a.last_allocate_time
+        and b.requeue_state == a.requeue_state
+    )
+
+
+def unit_info(unit: QueueUnit, quota: str, previous: UnitInfo | None = None) -> UnitInfo:
+    """Read ``unit``, charged to ``quota`` (the caller resolves it, see the module docs).
+
+    ``previous`` (the same unit's last reading) lends its pod sets when the spec is the same.
+    """
+    meta = unit.metadata
+    spec = unit.spec
+    status = unit.status
+    pod_sets = (
+        previous.pod_sets if previous is not None and previous.obj.spec is spec else _pod_sets(spec)
+    )
     admitted: dict[str, int] = {}
     charge: dict[str, int] = {}
     by_name = {p.name: p for p in pod_sets}
@@ -251,10 +290,12 @@ def unit_info(unit: QueueUnit, quota: str) -> UnitInfo:
         pod_sets=pod_sets,
         admitted=admitted,
         outstanding=outstanding,
-        charge=ResourceList(charge) if charge else ResourceList(),
-        demand=ResourceList(demand) if not finished else ResourceList(),
+        charge=charge,
+        demand=demand if not finished else _NOTHING,
         holds=holds,
         finished=finished,
-        all_running=not status.admissions
-        or all(a.running >= a.replicas for a in status.admissions),
+        all_running=all(a.running >= a.replicas for a in status.admissions),
+        shape=tuple(
+            (p.count, p.min_count, admitted.get(p.name, 0), p.request_key) for p in pod_sets
+        ),
     )
