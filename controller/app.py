@@ -25,7 +25,7 @@ import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from controller.api.server import ApiServer
-from controller.config import ControllerConfig
+from controller.config import ControllerConfig, queueing_plugins
 from controller.ingest import Ingest
 from controller.liveness import Liveness
 from controller.loops import LOOPS, LoopRunner, build_loops
@@ -103,7 +103,13 @@ async def open_controller(
     loops = build_loops(
         {
             **LOOPS,
-            "queueing": functools.partial(QueueingLoop, metrics=queueing_metrics),
+            "queueing": functools.partial(
+                QueueingLoop,
+                functools.partial(queueing_plugins, cfg),
+                reclaim_min_runtime=cfg.queueing.reclaim_min_runtime,
+                status_interval=cfg.queueing.status_interval,
+                metrics=queueing_metrics,
+            ),
             "scheduler": functools.partial(SchedulerLoop, metrics=scheduler_metrics),
         }
     )

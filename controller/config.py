@@ -22,11 +22,12 @@ Every key is optional; an unknown key is an error naming it (exit status 2). Exa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 from controller.errors import ConfigError
+from controller.queueing.plugins import PluginRef, Plugins, QueueingConfig, build_plugins
 from koordpy import configfile
 from koordpy.mqtt import MqttSettings
 
@@ -96,12 +97,28 @@ class IngestSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     max_payload: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
 
 
+class QueueingSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The queue's plugins (Koord-Queue's ``KoordQueueConfiguration``) and timings."""
+
+    #: Enabled plugins by name (see ``controller.queueing.plugins.PLUGINS``). Default
+    #: ``["Priority", "ElasticQuota"]``.
+    plugins: tuple[str, ...] = ("Priority", "ElasticQuota")
+    #: Plugin name -> its args (camelCase keys, as the plugin's ``Args``). Default none.
+    plugin_configs: dict[str, dict[str, Any]] = {}
+    #: Seconds a unit must have been admitted before reclaim may evict it. Default 60.
+    reclaim_min_runtime: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    #: Seconds between refreshes of queue positions, waiting reasons and quota status.
+    #: Default 15.
+    status_interval: Annotated[float, msgspec.Meta(gt=0)] = 15.0
+
+
 class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     controller: ControllerSection = msgspec.field(default_factory=ControllerSection)
     api: ApiSection = msgspec.field(default_factory=ApiSection)
     store: StoreSection = msgspec.field(default_factory=StoreSection)
     metrics: MetricsSection = msgspec.field(default_factory=MetricsSection)
     ingest: IngestSection = msgspec.field(default_factory=IngestSection)
+    queueing: QueueingSection = msgspec.field(default_factory=QueueingSection)
     #: The broker of ``[ingest] transport = "mqtt"``.
     mqtt: MqttSettings = msgspec.field(default_factory=MqttSettings)
 
@@ -126,8 +143,25 @@ class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 def load(path: str | None) -> ControllerConfig:
     """Load ``path`` (or the default path, which may be absent)."""
     try:
-        return configfile.load_config(path, ControllerConfig, default=DEFAULT_PATH)
+        cfg = configfile.load_config(path, ControllerConfig, default=DEFAULT_PATH)
     except ConfigError:
         raise
     except configfile.ConfigError as err:
         raise ConfigError(str(err)) from None
+    queueing_plugins(cfg)  # refuse a bad [queueing] before anything starts
+    return cfg
+
+
+def queueing_plugins(cfg: ControllerConfig) -> Plugins:
+    """The queue's plugins as ``[queueing]`` configures them (a bad name or args: ConfigError
+    naming ``[queueing]``, the field and the value)."""
+    section = cfg.queueing
+    try:
+        return build_plugins(
+            QueueingConfig(
+                plugins=tuple(PluginRef(name=name) for name in section.plugins),
+                plugin_configs=section.plugin_configs,
+            )
+        )
+    except ConfigError as err:
+        raise ConfigError(f"[queueing] {err}") from None

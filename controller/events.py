@@ -122,7 +122,7 @@ class EventRecorder:
         kind = self.registry.for_type(Event)
         fresh: list[Event] = []
         keys: list[_Key] = []
-        batch: set[_Key] = set()
+        batch: dict[_Key, int] = {}
         taken: set[tuple[str, str]] = set()
         for obj, type_, reason, message in items:
             message = _truncate(message)
@@ -136,8 +136,14 @@ class EventRecorder:
                 reason,
                 message,
             )
-            if key in self._seen or key in batch:
+            if key in self._seen:
                 self.record(obj, type=type_, reason=reason, message=message)
+                continue
+            position = batch.get(key)
+            if position is not None:  # a repeat within the batch
+                fresh[position] = msgspec.structs.replace(
+                    fresh[position], count=fresh[position].count + 1
+                )
                 continue
             base = f"{obj.metadata.name}.{stamp}"
             name = base
@@ -146,8 +152,8 @@ class EventRecorder:
                 attempt += 1
                 name = f"{base}-{attempt}"
             taken.add((namespace, name))
+            batch[key] = len(fresh)
             keys.append(key)
-            batch.add(key)
             fresh.append(
                 Event(
                     metadata=ObjectMeta(name=name, namespace=namespace),

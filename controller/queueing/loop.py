@@ -162,7 +162,7 @@ def queue_config(queue: Queue) -> QueueConfig:
     )
 
 
-def _refresh_interval(queue: Queue) -> float:
+def _refresh_interval(queue: Queue, default: float) -> float:
     text = _annotation(queue.metadata.annotations, k.ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL)
     if text:
         try:
@@ -171,7 +171,7 @@ def _refresh_interval(queue: Queue) -> float:
                 return seconds
         except ValueError:
             log.warning("queue %s: ignoring refresh interval %r", queue.metadata.name, text)
-    return STATUS_INTERVAL
+    return default
 
 
 def _is_queue_pod(pod: Pod) -> bool:
@@ -199,7 +199,7 @@ class QueueingLoop:
 
     def __init__(
         self,
-        plugins: Plugins | None = None,
+        plugins: Plugins | Callable[[], Plugins] | None = None,
         *,
         reclaim_min_runtime: float = 60.0,
         status_interval: float = STATUS_INTERVAL,
@@ -218,7 +218,9 @@ class QueueingLoop:
     def _reset(self, store: Store, now: datetime) -> None:
         self._store = store
         self._uid_by_key: dict[tuple[str, str], str] = {}
-        self.engine = Engine(self._plugins, reclaim_min_runtime=self._reclaim_min_runtime)
+        # Plugins keep state: a factory gives every store (every restart) fresh ones.
+        plugins = self._plugins() if callable(self._plugins) else self._plugins
+        self.engine = Engine(plugins, reclaim_min_runtime=self._reclaim_min_runtime)
         self._recorder = EventRecorder(store, component=COMPONENT, clock=self._clock)
         self._watches: dict[str, Watch] = {}
         self._objects: dict[str, dict[tuple[str, str], Object]] = {
@@ -240,6 +242,9 @@ class QueueingLoop:
         self._rates: dict[str, AdmissionRate] = {}
         self._admitted_since: dict[str, int] = {}
         self._last_status = float("-inf")
+        self._refresh: dict[str, float] = {}
+        self._pass_interval = self._status_interval
+        self._queue_status_at: dict[str, float] = {}
         self._status_dirty = True
         self._units_seen = False
         self._reserved: set[str] = set()
@@ -371,10 +376,20 @@ class QueueingLoop:
                 if isinstance(result, StoreError):
                     log.warning("queueing: writing a queue: %s", result)
 
+    def _interval(self) -> float:
+        """Seconds between status passes: the shortest refresh interval any queue asks for."""
+        return self._pass_interval
+
     def _sync_queues(self) -> None:
         if not self._queues_dirty:
             return
         self._queues_dirty = False
+        self._refresh = {
+            obj.metadata.name: _refresh_interval(obj, self._status_interval)
+            for obj in self._objects[_QUEUE.key].values()
+            if isinstance(obj, Queue)
+        }
+        self._pass_interval = min(self._refresh.values(), default=self._status_interval)
         configs: dict[str, QueueConfig] = {}
         for (namespace, name), obj in sorted(self._objects[_QUEUE.key].items()):
             if not isinstance(obj, Queue):
@@ -569,7 +584,7 @@ class QueueingLoop:
         if writes or result.admitted or result.evicted or self._units_seen:
             self._status_dirty = True
         self._units_seen = False
-        if self._status_dirty and now.timestamp() - self._last_status >= self._status_interval:
+        if self._status_dirty and now.timestamp() - self._last_status >= self._interval():
             self._last_status = now.timestamp()
             self._status_dirty = False
             self._write_refusals(now, writes, events, everyone=True)
@@ -585,7 +600,7 @@ class QueueingLoop:
             return 0.0
         waits = [t - now.timestamp() for t in self._timers.values()]
         if self._status_dirty:
-            waits.append(self._last_status + self._status_interval - now.timestamp())
+            waits.append(self._last_status + self._interval() - now.timestamp())
         return max(0.0, min(waits)) if waits else None
 
     # -- decisions into objects --------------------------------------------------------------------
@@ -959,10 +974,15 @@ class QueueingLoop:
     def _write_status(self, store: Store, now: datetime) -> None:
         engine = self.engine
         writes: list[Object] = []
+        instant = now.timestamp()
         for name, queue in engine.queues.items():
             obj = queue.config.obj
             if obj is None:
                 continue
+            interval = self._refresh.get(name, self._status_interval)
+            if instant - self._queue_status_at.get(name, float("-inf")) < interval - 1e-6:
+                continue
+            self._queue_status_at[name] = instant
             rate = self._rates.get(name, AdmissionRate()).update(
                 now, self._admitted_since.pop(name, 0)
             )

@@ -369,6 +369,29 @@ def test_get_all_namespaces_and_selector(koordpy: Koordpy) -> None:
 
 
 @pytest.mark.usefixtures("populated")
+def test_get_several_kinds_prints_a_table_each_with_kind_names(koordpy: Koordpy) -> None:
+    code, out, _ = koordpy("get", "pods,nodes")
+    assert code == 0
+    pods, nodes = out.split("\n\n")
+    assert pods.splitlines()[0].split()[:2] == ["NAME", "READY"]
+    assert [line.split()[0] for line in pods.splitlines()[1:]] == ["pod/pod-a", "pod/pod-b"]
+    assert nodes.splitlines()[1].split()[0] == "node/gpu-1"
+    _, out, _ = koordpy("get", "pods,eq", "-A", "-o", "name")
+    assert out.splitlines() == [
+        "pod/pod-a",
+        "pod/pod-b",
+        "pod/pod-c",
+        "elasticquota.scheduling.sigs.k8s.io/team-a",
+    ]
+    code, out, _ = koordpy("get", "po,no", "-o", "json")
+    assert code == 0
+    assert [i["kind"] for i in json.loads(out)["items"]] == ["Pod", "Pod", "Node"]
+    code, _, err = koordpy("get", "pods,nodes", "pod-a")
+    assert code != 0
+    assert "several kinds" in err
+
+
+@pytest.mark.usefixtures("populated")
 def test_get_yaml_and_json_round_trip(koordpy: Koordpy, server: ServerThread) -> None:
     with server.client() as api:
         stored = api.get(PODS, "pod-a", "default")

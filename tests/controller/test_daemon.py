@@ -137,3 +137,26 @@ def test_over_mqtt_it_serves_while_the_broker_is_down(tmp_path: Path) -> None:
             process.wait()
         assert process.stderr is not None
         process.stderr.close()
+
+
+@pytest.mark.parametrize(
+    ("section", "named"),
+    [
+        ('plugins = ["Priority", "ElasticQuota", "Fairness"]', b"Fairness"),
+        ("[queueing.plugin_configs.TenantCap]\nmaxRunningUnits = -1", b"maxRunningUnits"),
+    ],
+    ids=["unknown-plugin", "bad-args"],
+)
+def test_a_bad_queueing_section_exits_2_naming_it(
+    tmp_path: Path, section: str, named: bytes
+) -> None:
+    config = tmp_path / "controller.toml"
+    plugins = 'plugins = ["Priority", "ElasticQuota", "TenantCap"]\n'
+    body = section if section.startswith("plugins") else plugins + section
+    config.write_text(f"[queueing]\n{body}\n")
+    process, _ = _start(tmp_path, "--config", str(config))
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 2
+    assert b"[queueing]" in err
+    assert named in err
+    assert not (tmp_path / "state").exists()

@@ -86,3 +86,27 @@ def test_long_messages_are_truncated_like_kubernetes() -> None:
         )
         assert len(event.message.encode()) <= MAX_MESSAGE_BYTES
         assert event.message.endswith("...")
+
+
+def test_record_many_writes_each_event_once_and_aggregates_repeats() -> None:
+    clock = Clock()
+    with Store(clock=clock) as store:
+        web = store.create(Pod(metadata=ObjectMeta(name="web", namespace="team-a")))
+        db = store.create(Pod(metadata=ObjectMeta(name="db", namespace="team-a")))
+        recorder = EventRecorder(store, component="koord-queue", clock=clock)
+        recorder.record_many(
+            [
+                (web, NORMAL, "Scheduled", "admitted"),
+                (db, NORMAL, "Scheduled", "admitted"),
+                (web, WARNING, "Evicted", "preempted"),
+                (web, NORMAL, "Scheduled", "admitted"),
+            ]
+        )
+        events = _events(store)
+        assert len({e.metadata.name for e in events}) == len(events) == 3
+        counts = {(e.involved_object.name, e.reason): e.count for e in events}
+        assert counts == {("web", "Scheduled"): 2, ("db", "Scheduled"): 1, ("web", "Evicted"): 1}
+        clock.now += timedelta(seconds=5)
+        recorder.record_many([(db, NORMAL, "Scheduled", "admitted")])
+        again = {(e.involved_object.name, e.reason): e.count for e in _events(store)}
+        assert again[("db", "Scheduled")] == 2

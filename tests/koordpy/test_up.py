@@ -50,12 +50,50 @@ def test_demo_lists_nodes_with_gpus_and_valid_devices(tmp_path: Path, shared_dir
         for item in items:
             assert schema_errors(check, item) == [], item["metadata"]["name"]
 
+        _jobs_admitted_and_placed(up.api)
+
         again = cli(up.api, "apply", "-f", str(Path(__file__).parents[2] / "examples"))
         assert again.returncode == 0, again.stderr
         lines = again.stdout.splitlines()
         assert lines
         assert all(line.endswith(" unchanged") for line in lines), lines
         assert up.stop(signal.SIGTERM) == 0
+
+
+#: The demo's queued jobs: QueueUnit -> the pods its job releases.
+DEMO_JOBS = {
+    "preprocess-shards": [f"preprocess-shards-{i}" for i in range(4)],
+    "resnet50-ddp-py-qu": ["resnet50-ddp-master-0"]
+    + [f"resnet50-ddp-worker-{i}" for i in range(3)],
+}
+
+
+def _jobs_admitted_and_placed(api: str) -> None:
+    """The example jobs were queued as units, admitted against the team-a quota, and their
+    pods placed by the scheduler on the simulated nodes."""
+    deadline = time.monotonic() + 60
+    while True:
+        units = json.loads(cli(api, "get", "queueunits", "-n", "team-a", "-o", "json").stdout)
+        pods = json.loads(cli(api, "get", "pods", "-n", "team-a", "-o", "json").stdout)
+        phases = {u["metadata"]["name"]: u["status"].get("phase") for u in units["items"]}
+        nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods["items"]}
+        wanted = [pod for names in DEMO_JOBS.values() for pod in names]
+        if all(phases.get(u) == "Running" for u in DEMO_JOBS) and all(
+            nodes.get(pod) in DEMO_NODES for pod in wanted
+        ):
+            break
+        assert time.monotonic() < deadline, (phases, nodes)
+        time.sleep(0.5)
+    for unit in units["items"]:
+        assert unit["spec"]["queue"] == "team-a"
+        admitted = sum(a["replicas"] for a in unit["status"]["admissions"])
+        assert admitted == len(DEMO_JOBS[unit["metadata"]["name"]])
+    listing = cli(api, "get", "queueunits,pods", "-n", "team-a")
+    assert listing.returncode == 0, listing.stderr
+    assert "queueunit.scheduling.x-k8s.io/preprocess-shards" in listing.stdout
+    assert "pod/resnet50-ddp-worker-2" in listing.stdout
+    described = cli(api, "describe", "queueunit", "preprocess-shards", "-n", "team-a").stdout
+    assert "Admitted by queue team-a against quota team-a" in described
 
 
 def test_apply_examples_then_again_unchanged(tmp_path: Path) -> None:
