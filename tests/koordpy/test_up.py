@@ -88,6 +88,14 @@ def _jobs_admitted_and_placed(api: str) -> None:
         assert unit["spec"]["queue"] == "team-a"
         admitted = sum(a["replicas"] for a in unit["status"]["admissions"])
         assert admitted == len(DEMO_JOBS[unit["metadata"]["name"]])
+    # The PyTorchJob's pods ask for a whole GPU each: DeviceShare chose the cards.
+    for pod in pods["items"]:
+        if pod["metadata"]["name"].startswith("resnet50-ddp-"):
+            allocated = json.loads(
+                pod["metadata"]["annotations"]["scheduling.koordinator.sh/device-allocated"]
+            )
+            [card] = allocated["gpu"]
+            assert card["resources"]["koordinator.sh/gpu-memory-ratio"] == "100"
     listing = cli(api, "get", "queueunits,pods", "-n", "team-a")
     assert listing.returncode == 0, listing.stderr
     assert "queueunit.scheduling.x-k8s.io/preprocess-shards" in listing.stdout
