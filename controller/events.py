@@ -94,23 +94,17 @@ class EventRecorder:
                 stored = self._store.update(updated)
                 assert isinstance(stored, Event)
                 return stored
-        event = Event(
-            metadata=ObjectMeta(
+        event = self._create_unique(
+            self._event(
+                obj,
                 name=f"{obj.metadata.name}.{int(now.timestamp() * 1e9):x}",
                 namespace=namespace,
-            ),
-            involved_object=self.reference(obj),
-            reason=reason,
-            message=message,
-            source=EventSource(component=self._component, host=self._host),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-            type=type,
-            reporting_component=self._component,
-            reporting_instance=self._host,
+                type_=type,
+                reason=reason,
+                message=message,
+                now=now,
+            )
         )
-        event = self._create_unique(event)
         self._seen[key] = (event.metadata.namespace, event.metadata.name)
         return event
 
@@ -155,18 +149,14 @@ class EventRecorder:
             batch[key] = len(fresh)
             keys.append(key)
             fresh.append(
-                Event(
-                    metadata=ObjectMeta(name=name, namespace=namespace),
-                    involved_object=self.reference(obj),
+                self._event(
+                    obj,
+                    name=name,
+                    namespace=namespace,
+                    type_=type_,
                     reason=reason,
                     message=message,
-                    source=EventSource(component=self._component, host=self._host),
-                    first_timestamp=now,
-                    last_timestamp=now,
-                    count=1,
-                    type=type_,
-                    reporting_component=self._component,
-                    reporting_instance=self._host,
+                    now=now,
                 )
             )
         if not fresh:
@@ -176,6 +166,31 @@ class EventRecorder:
                 raise result
             stored = result[0]
             self._seen[key] = (stored.metadata.namespace, stored.metadata.name)
+
+    def _event(
+        self,
+        obj: Object,
+        *,
+        name: str,
+        namespace: str,
+        type_: str,
+        reason: str,
+        message: str,
+        now: datetime,
+    ) -> Event:
+        return Event(
+            metadata=ObjectMeta(name=name, namespace=namespace),
+            involved_object=self.reference(obj),
+            reason=reason,
+            message=message,
+            source=EventSource(component=self._component, host=self._host),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            type=type_,
+            reporting_component=self._component,
+            reporting_instance=self._host,
+        )
 
     def _create_unique(self, event: Event) -> Event:
         base = event.metadata.name

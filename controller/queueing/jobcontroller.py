@@ -81,6 +81,7 @@ from controller.queueing.jobs import EXTENSIONS, JobAdapter
 from controller.queueing.jobs.base import (
     FAILED,
     ExtensionArgs,
+    positive_int_annotation,
     requests_from_limits,
     total_request,
 )
@@ -187,17 +188,6 @@ def _unit_pod_sets(sets: Sequence[PodSet]) -> tuple[PodSet, ...]:
     return tuple(replace(s, template=requests_from_limits(s.template)) for s in sets)
 
 
-def _exec_seconds(job: Object) -> int | None:
-    raw = job.metadata.annotations.get(k.ANNOTATION_QUEUE_MAX_EXEC_TIME_SECONDS)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        return None
-    return value if value > 0 else None
-
-
 def _deactivated(job: Object) -> bool:
     return job.metadata.annotations.get(k.ANNOTATION_QUEUE_ACTIVE) == "false"
 
@@ -277,7 +267,9 @@ def new_unit(
             resource=total,
             request=total,
             active=False if _deactivated(job) else None,
-            maximum_execution_time_seconds=_exec_seconds(job),
+            maximum_execution_time_seconds=positive_int_annotation(
+                job, k.ANNOTATION_QUEUE_MAX_EXEC_TIME_SECONDS
+            ),
         ),
         status=QueueUnitStatus(
             phase=phases.ENQUEUED,
@@ -300,7 +292,7 @@ def _synced_spec(unit: QueueUnit, job: Object, sets: Sequence[PodSet]) -> QueueU
             spec = replace(spec, resource=total, request=total)
     if _deactivated(job) and spec.active is not False:
         spec = replace(spec, active=False)
-    exec_seconds = _exec_seconds(job)
+    exec_seconds = positive_int_annotation(job, k.ANNOTATION_QUEUE_MAX_EXEC_TIME_SECONDS)
     if exec_seconds is not None and exec_seconds != spec.maximum_execution_time_seconds:
         spec = replace(spec, maximum_execution_time_seconds=exec_seconds)
     return unit if spec is unit.spec else replace(unit, spec=spec)

@@ -32,6 +32,7 @@ __all__ = [
     "ReplicaCounts",
     "count_replicas",
     "has_suspend_annotation",
+    "positive_int_annotation",
     "requests_from_limits",
     "set_condition",
     "stamp_template",
@@ -168,6 +169,19 @@ class JobAdapter(Protocol):
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+def positive_int_annotation(obj: Object, key: str) -> int | None:
+    """The annotation ``key`` as a positive integer (None when absent, not an integer or not
+    positive)."""
+    raw = obj.metadata.annotations.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
 
 def has_suspend_annotation(job: Object, value: str = "true") -> bool:

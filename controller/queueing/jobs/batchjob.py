@@ -29,6 +29,7 @@ from controller.queueing.jobs.base import (
     SUCCEEDED,
     ExtensionArgs,
     count_replicas,
+    positive_int_annotation,
     set_condition,
 )
 
@@ -48,17 +49,6 @@ def _job(obj: Object) -> Job:
     if not isinstance(obj, Job):
         raise TypeError(f"expected a batch/v1 Job, got {obj.kind}")
     return obj
-
-
-def _min_count(job: Job) -> int | None:
-    raw = job.metadata.annotations.get(k.ANNOTATION_KUEUE_JOB_MIN_PARALLELISM)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        return None
-    return value if value > 0 else None
 
 
 class BatchJobAdapter:
@@ -86,7 +76,7 @@ class BatchJobAdapter:
             count = parallelism if succeeded == 0 else 0
         else:
             count = max(0, min(parallelism, completions - succeeded))
-        min_count = _min_count(typed)
+        min_count = positive_int_annotation(typed, k.ANNOTATION_KUEUE_JOB_MIN_PARALLELISM)
         if min_count is not None and min_count >= count:
             min_count = None
         return (
