@@ -76,6 +76,7 @@ from controller.queueing.units import (
     UnitInfo,
     same_for_engine,
     unit_info,
+    unit_key,
     unit_quota_label,
 )
 from controller.queueing.visibility import (
@@ -1081,9 +1082,19 @@ class QueueingLoop:
         events: list[tuple[Object, str, str, str]],
     ) -> None:
         if writes:
-            for result in store.update_many(list(writes.values())):
+            units = list(writes.items())
+            for (uid, unit), result in zip(
+                units, store.update_many([u for _, u in units]), strict=True
+            ):
                 if isinstance(result, StoreError):
-                    log.debug("queueing: unit write: %s", result)
+                    # Someone else wrote the unit meanwhile: forget what this pass decided
+                    # for it and read it again (what a cycle charged is given back then).
+                    log.info("queueing: unit %s/%s not written: %s", *unit_key(unit), result)
+                    self.engine.updating.discard(uid)
+                    key = unit_key(unit)
+                    known = self._objects[_UNIT.key].get(key)
+                    self._changed_units[key] = known if isinstance(known, QueueUnit) else None
+                    self._written.pop(uid, None)
         if events:
             try:
                 self._recorder.record_many(events)

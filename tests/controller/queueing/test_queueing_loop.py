@@ -4,14 +4,17 @@ admission-check backoff, execution budgets, reclaim, waiting reasons, tenant cap
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import msgspec
 import pytest
 
 from apis import constants as k
-from apis.meta import ObjectMeta
+from apis.meta import Object, ObjectMeta
 from apis.queueing import AdmissionCheckState, Queue, QueueAdmissionCheck, QueueSpec, QueueUnit
+from controller.errors import Conflict
 from controller.queueing import phases
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.plugins import PluginRef, QueueingConfig, build_plugins
@@ -471,3 +474,38 @@ def test_the_simulator_runs_the_queue_to_rest() -> None:
     assert units["a"].status.phase == DEQUEUED
     assert units["b"].status.phase == ENQUEUED
     assert runs[0].to_list() == runs[1].to_list()
+
+
+def test_an_admission_the_store_refuses_is_given_back_and_tried_again(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.quota("team-a", max=cores(4))
+    harness.unit("first", cpu_m=3000)
+    store = harness.store
+    real = store.update_many
+    refused: list[str] = []
+
+    def refuse_units_once(objs: Sequence[Object]) -> list[Any]:
+        if refused:
+            return real(objs)
+        kept = [o for o in objs if not (isinstance(o, QueueUnit) and o.status.admissions)]
+        results = iter(real(kept))
+        out: list[Any] = []
+        for obj in objs:
+            if obj in kept:
+                out.append(next(results))
+            else:
+                refused.append(obj.metadata.name)
+                out.append(Conflict(f"queueunits {obj.metadata.name}: changed meanwhile"))
+        return out
+
+    monkeypatch.setattr(store, "update_many", refuse_units_once)
+    harness.run()
+    assert refused == ["first"]
+    # The pass's decision was lost: the unit is read again and admitted by a later pass,
+    # charged once.
+    assert harness.get("first").status.admissions == ()
+    harness.settle()
+    assert harness.holding() == {"first"}
+    assert harness.used("team-a") == cores(3)
+    assert harness.loop.engine.ledger.used("team-a")["cpu"] == 3000
