@@ -25,7 +25,7 @@ import os
 import platform
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
@@ -113,6 +113,8 @@ class HostFacts:
     internal_ips: tuple[str, ...] = ()
     #: Online logical CPUs with core, socket and NUMA node, sorted by id; empty if unreadable.
     cpu_topology: tuple[CpuInfo, ...] = ()
+    #: Extra Node labels this machine is given (kubelet's ``--node-labels``).
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 class _TopologyEntry(msgspec.Struct, frozen=True, gc=False):
@@ -251,6 +253,7 @@ def build_node(
         LABEL_OS: facts.operating_system,
         LABEL_ARCH: facts.architecture,
     }
+    labels.update(facts.labels)
     if cgroup is not None:
         labels[LABEL_CGROUP_VERSION] = str(cgroup.version)
         labels[LABEL_CGROUP_DRIVER] = str(cgroup.driver)

@@ -632,3 +632,27 @@ LABEL_JOB_REPLICA_INDEX: Final = "koordpy.io/replica-index"
 ANNOTATION_SIMULATED_RUNTIME: Final = "koordpy.io/simulated-runtime"
 #: Kubeflow job condition set while the job waits in a queue.
 CONDITION_JOB_QUEUING: Final = "Queuing"
+
+# =============================================================================================
+# Descheduler: evictor filters and configuration (koord-descheduler, kubernetes-sigs/descheduler)
+# =============================================================================================
+
+#: Pod annotation of a mirror pod (the API twin of a static pod); never evicted.
+ANNOTATION_MIRROR_POD: Final = "kubernetes.io/config.mirror"
+#: Pod annotation naming where the kubelet got the pod; anything but ``api`` is a static pod.
+ANNOTATION_CONFIG_SOURCE: Final = "kubernetes.io/config.source"
+#: Built-in priority classes and the priority from which a pod counts as system-critical.
+PRIORITY_CLASS_SYSTEM_CLUSTER_CRITICAL: Final = "system-cluster-critical"
+PRIORITY_CLASS_SYSTEM_NODE_CRITICAL: Final = "system-node-critical"
+SYSTEM_CRITICAL_PRIORITY: Final = 2_000_000_000
+#: Values of the built-in priority classes.
+SYSTEM_PRIORITY_CLASSES: Final = {
+    PRIORITY_CLASS_SYSTEM_CLUSTER_CRITICAL: SYSTEM_CRITICAL_PRIORITY,
+    PRIORITY_CLASS_SYSTEM_NODE_CRITICAL: SYSTEM_CRITICAL_PRIORITY + 1000,
+}
+#: ``scheduling.koordinator.sh/eviction-cost`` value that forbids migrating the pod (MaxInt32).
+EVICTION_COST_FORBIDDEN: Final = 2**31 - 1
+#: Where koord-descheduler's configuration lives (what Koordinator's Helm chart installs).
+DESCHEDULER_CONFIG_NAMESPACE: Final = "koordinator-system"
+DESCHEDULER_CONFIG_NAME: Final = "koord-descheduler-config"
+DESCHEDULER_CONFIG_KEY: Final = "koord-descheduler-config"

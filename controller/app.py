@@ -1,8 +1,8 @@
 """Assembling the controller: store, API, metrics, control loops, and the agents' side.
 
 The controller's metrics registry (``[metrics] address``, ``:9317``) carries the scheduler's
-metrics (:mod:`controller.scheduler.metrics`) and the queue's (:mod:`controller.queueing.metrics`)
-beside the controller's own.
+metrics (:mod:`controller.scheduler.metrics`), the queue's (:mod:`controller.queueing.metrics`)
+and the descheduler's (:mod:`controller.descheduler.metrics`) beside the controller's own.
 
 Both ``koordpy controller run`` and the all-in-one ``koordpy up`` build the controller here and
 differ only in what runs beside it. Agents reach the controller through a bus: ``koordpy up``
@@ -26,6 +26,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from controller.api.server import ApiServer
 from controller.config import ControllerConfig, queueing_plugins
+from controller.descheduler.loop import DeschedulerLoop
+from controller.descheduler.metrics import DeschedulerMetrics
 from controller.ingest import Ingest
 from controller.liveness import Liveness
 from controller.loops import LOOPS, LoopRunner, build_loops
@@ -100,6 +102,7 @@ async def open_controller(
     metrics = stack.enter_context(serve_metrics(metrics_address or cfg.metrics.address, registry))
     scheduler_metrics = SchedulerMetrics(registry)
     queueing_metrics = QueueingMetrics(registry)
+    descheduler_metrics = DeschedulerMetrics(registry)
     loops = build_loops(
         {
             **LOOPS,
@@ -111,6 +114,7 @@ async def open_controller(
                 metrics=queueing_metrics,
             ),
             "scheduler": functools.partial(SchedulerLoop, metrics=scheduler_metrics),
+            "descheduler": functools.partial(DeschedulerLoop, metrics=descheduler_metrics),
         }
     )
     components: list[lifecycle.Component] = [LoopRunner(store, loops)]

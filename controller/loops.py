@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from controller.descheduler.loop import DeschedulerLoop
+from controller.descheduler.migration import MigrationController
 from controller.queueing.jobcontroller import JobController
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.podlifecycle import PodLifecycle
@@ -54,6 +56,8 @@ LOOPS: Mapping[str, LoopFactory] = {
     "queueing": QueueingLoop,
     "reservations": ReservationController,
     "scheduler": SchedulerLoop,
+    "descheduler": DeschedulerLoop,
+    "migration": MigrationController,
     "pod-lifecycle": PodLifecycle,
 }
 

@@ -13,27 +13,40 @@ Algorithm (deterministic for a given scenario and loop table):
    not converging).
 3. When a pass changes nothing, the clock jumps to the earliest time any loop asked for; with no
    request, or past the time limit, the simulation ends.
+
+A scenario may hold a ``descheduler/v1alpha2`` ``DeschedulerConfiguration`` document: it
+becomes the ConfigMap the descheduler reads (``koordinator-system/koord-descheduler-config``),
+checked first, so the descheduler runs on the simulated clock like the other loops.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from apis import codec
 from apis.duration import Duration, DurationError
-from apis.errors import ApiError
+from apis.errors import ApiError, DecodeError
 from apis.kinds import Registry, default_registry
 from apis.meta import Object
+from controller.descheduler import config as descheduler_config
 from controller.errors import StoreError
 from controller.loops import LOOPS, ControlLoop, LoopContext, LoopFactory, build_loops
 from controller.store import Store
 
-__all__ = ["EPOCH", "MAX_PASSES_PER_INSTANT", "SEED", "SimulationResult", "main", "simulate"]
+__all__ = [
+    "EPOCH",
+    "MAX_PASSES_PER_INSTANT",
+    "SEED",
+    "SimulationResult",
+    "main",
+    "scenario_objects",
+    "simulate",
+]
 
 #: Simulated time starts here unless the scenario holds later creation timestamps.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -129,6 +142,37 @@ def simulate(
         store.close()
 
 
+def _flatten(documents: Iterable[object]) -> Iterator[object]:
+    """Documents, with the items of a ``kind: List`` (or ``*List``) in its place."""
+    for doc in documents:
+        items = doc.get("items") if isinstance(doc, dict) else None
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
+            yield from items
+        else:
+            yield doc
+
+
+def scenario_objects(
+    text: str, *, source: str = "", registry: Registry | None = None
+) -> list[Object]:
+    """The objects of a scenario file; a DeschedulerConfiguration document becomes the
+    descheduler's ConfigMap. The first bad document raises with its location."""
+    objects: list[Object] = []
+    for index, raw in enumerate(_flatten(codec.load_yaml_documents(text, source=source))):
+        try:
+            if descheduler_config.is_document(raw):
+                try:
+                    objects.append(descheduler_config.config_map(raw))
+                except descheduler_config.DeschedulerConfigError as err:
+                    raise DecodeError(str(err)) from None
+            else:
+                objects.append(codec.decode_object(raw, registry=registry))
+        except DecodeError as err:
+            raise err.located(source=source, index=index) from None
+    return objects
+
+
 def main(args: argparse.Namespace) -> int:
     """CLI: ``koordpy simulate -f SCENARIO [-o yaml|json] [--max-time 1h]``."""
     try:
@@ -146,7 +190,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {source}: {err.strerror or err}", file=sys.stderr)
         return 1
     try:
-        objects = codec.decode_documents(text, source=source)
+        objects = scenario_objects(text, source=source)
         result = simulate(objects, max_time=timedelta(microseconds=limit.nanoseconds // 1000))
     except (ApiError, StoreError, SimulationError) as err:
         print(f"error: {err}", file=sys.stderr)

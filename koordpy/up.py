@@ -69,6 +69,15 @@ DEMO_NODES: Final[dict[str, str]] = {
     "demo-ascend-910b3": "ascend-910b3",
     "demo-ascend-300i-duo": "ascend-310p3-300i-duo",
 }
+#: The capacity type of each simulated node (Karpenter's label): the descheduling example moves
+#: pods from the ``on-demand`` nodes to the ``reserved`` ones.
+LABEL_CAPACITY_TYPE: Final = "karpenter.sh/capacity-type"
+DEMO_CAPACITY_TYPES: Final[dict[str, str]] = {
+    "demo-nvidia-h100": "reserved",
+    "demo-metax-c500": "reserved",
+    "demo-ascend-910b3": "on-demand",
+    "demo-ascend-300i-duo": "on-demand",
+}
 #: Seconds the simulated nodes get to publish their first report before the banner.
 READY_TIMEOUT: Final = 30.0
 
@@ -145,6 +154,7 @@ def _simulated_facts(name: str, host: HostPaths) -> Callable[[], HostFacts]:
             memory=DEMO_MEMORY,
             ephemeral_storage=DEMO_STORAGE,
             cpu_topology=topology,
+            labels={LABEL_CAPACITY_TYPE: DEMO_CAPACITY_TYPES.get(name, "on-demand")},
         )
 
     return read

@@ -15,7 +15,8 @@ An adapter over :mod:`controller.quota`:
   the unschedulable pods. With it off the limit is ``spec.max``.
 - **PreFilter**: :func:`~controller.quota.check_pod` against that limit: ``Insufficient
   quotas, quotaName: <q>, runtime: .., used: .., pod's request: .., exceedDimensions: [..]``
-  (Unschedulable); a pod of no quota is skipped.
+  (Unschedulable); a pod of no quota is skipped, and so is a Reservation's reserve pod (the
+  pods that use a reservation are charged when they bind).
 - **Reserve** / **Unreserve**: the pod's request is charged to / released from its quota, so
   the pods placed later in the same pass see it.
 
@@ -55,6 +56,7 @@ from controller.quota.check import (
 )
 from controller.quota.status import STATUS_ANNOTATIONS
 from controller.quota.tree import QuotaTree, RuntimeQuota
+from controller.reservations.reserve_pod import is_reserve_pod
 from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
@@ -263,6 +265,9 @@ class ElasticQuota:
         return before is not None and _grew(before.runtime, after.runtime)
 
     def pre_filter(self, state: fw.CycleState, pod: PodInfo, table: NodeTable) -> fw.Status:
+        if is_reserve_pod(pod.pod):
+            # A Reservation holds room for pods that are charged when they use it.
+            return fw.SKIP
         quota = quota_name(pod.pod, self._index)
         if (
             quota in self._index.by_name

@@ -1,0 +1,1 @@
+"""koord-descheduler: profiles of Deschedule/Balance plugins, the evictor, PodMigrationJobs."""

@@ -1,0 +1,583 @@
+"""The ``descheduler`` control loop: koord-descheduler's cycles, on the loop's clock.
+
+Configuration. The loop reads a ``DeschedulerConfiguration`` (:mod:`.config`) from ConfigMap
+``koordinator-system/koord-descheduler-config``, key ``koord-descheduler-config`` (what
+Koordinator's Helm chart installs). No ConfigMap: descheduling is off. A ConfigMap that does not
+hold a valid configuration gets a Warning Event ``InvalidConfiguration`` and a log line naming
+the error, and the previous configuration (if any) stays in force. A new configuration builds
+new plugins and runs a cycle at once.
+
+Cycle (controller-spec §6.1), every ``deschedulingInterval`` (``0s``: once per configuration):
+
+1. the Ready nodes matching the global ``nodeSelector``; fewer than 2: no cycle (logged);
+2. one :class:`~.evictor.CycleLedger` for the cycle (the limits of the configuration, the
+   active PodMigrationJobs, the workloads' pods); per profile a
+   :class:`~.framework.CycleView` of its nodes and a :class:`~.evictor.CycleEvictor` with the
+   profile's ``MigrationController`` args;
+3. every profile's Deschedule plugins, then every profile's Balance plugins; the plugin
+   instances live as long as the configuration (LowNodeLoad keeps its anomaly detectors);
+4. the writes: cordons (``spec.unschedulable: true`` and a Normal Event ``Cordoned`` on the
+   node), then each admitted eviction:
+
+   - dry run: a Normal Event ``EvictionProposed`` on the pod, nothing else;
+   - ``ReservationFirst``: a PodMigrationJob for the ``migration`` loop (name: a UUID derived
+     from the pod's uid and the time, so ``koordpy simulate`` stays reproducible; annotations
+     ``koordinator.sh/evict-reason``, ``koordinator.sh/evict-trigger`` (the plugin) and
+     ``koordinator.sh/job-created-by``; spec ``podRef``, ``mode``, ``ttl``,
+     ``deleteOptions``; phase ``Pending``);
+   - ``EvictDirectly`` (and, as upstream, a pod of a scheduler outside ``schedulerNames``):
+     the pod is deleted now (if it is still the pod that was seen) and gets a Warning Event
+     ``Evicted``: ``evicted by <plugin>: <reason>``.
+
+The loop also keeps the ``descheduler_pod_migration_jobs`` gauge current on every pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from apis import constants as k
+from apis.core import ConfigMap, Node, Pod, PriorityClass
+from apis.meta import Object, ObjectMeta, ObjectReference
+from apis.scheduling import PodMigrationJob, PodMigrationJobSpec, PodMigrationJobStatus
+from apis.slo import NodeMetric
+from controller.descheduler.config import (
+    Configuration,
+    DeschedulerConfigError,
+    PluginEntry,
+    ProfileConfig,
+    load_configuration,
+)
+from controller.descheduler.evictor import (
+    ActiveMigration,
+    Admission,
+    CycleEvictor,
+    CycleLedger,
+    MigrationController,
+    MigrationControllerArgs,
+    TokenBucket,
+    controller_uid,
+)
+from controller.descheduler.framework import BalancePlugin, CycleView, DeschedulePlugin, Status
+from controller.descheduler.metrics import ERROR, SUCCESS, DeschedulerMetrics
+from controller.descheduler.migration import MODE_EVICT_DIRECTLY, PENDING, RUNNING
+from controller.errors import StoreError
+from controller.events import NORMAL, WARNING, EventRecorder
+from controller.snapshots import Snapshot
+from controller.store import Store
+
+if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
+    from controller.loops import LoopContext
+
+__all__ = ["COMPONENT", "DeschedulerLoop"]
+
+log = logging.getLogger(__name__)
+
+COMPONENT: Final = "koord-descheduler"
+#: Event reasons.
+INVALID_CONFIGURATION: Final = "InvalidConfiguration"
+EVICTED: Final = "Evicted"
+EVICTION_PROPOSED: Final = "EvictionProposed"
+CORDONED: Final = "Cordoned"
+CORDON_PROPOSED: Final = "CordonProposed"
+#: Names of PodMigrationJobs and of this descheduler instance are UUIDs in this namespace.
+_NAMES: Final = uuid.uuid5(uuid.NAMESPACE_URL, "https://koordpy.io/descheduler")
+_ACTIVE_PHASES: Final = frozenset({"", PENDING, RUNNING})
+
+
+class _Plugins:
+    """The plugin instances of one profile, built once per configuration."""
+
+    def __init__(self, profile: ProfileConfig, table: Mapping[str, PluginEntry]) -> None:
+        self.profile = profile
+        self.deschedule: list[DeschedulePlugin] = []
+        self.balance: list[BalancePlugin] = []
+        built: dict[str, object] = {}
+        for name in profile.plugins:
+            entry = table[name]
+            try:
+                built[name] = entry.factory(profile.args[name])
+            except (TypeError, ValueError) as err:
+                raise DeschedulerConfigError(
+                    f"profile {profile.name}: plugin {name}: {err}"
+                ) from None
+        for name in profile.deschedule:
+            plugin = built[name]
+            if not isinstance(plugin, DeschedulePlugin):
+                raise DeschedulerConfigError(f"plugin {name} cannot deschedule")
+            self.deschedule.append(plugin)
+        for name in profile.balance:
+            plugin = built[name]
+            if not isinstance(plugin, BalancePlugin):
+                raise DeschedulerConfigError(f"plugin {name} cannot balance")
+            self.balance.append(plugin)
+        self.evictor_args = MigrationControllerArgs()
+        for name in profile.evict:
+            plugin = built[name]
+            if isinstance(plugin, MigrationController):
+                self.evictor_args = plugin.args
+                break
+        self.filters = any(isinstance(built[name], MigrationController) for name in profile.filter)
+        args = self.evictor_args
+        qps = args.qps
+        #: ``evictQPS``/``evictBurst``, and the object limiters: across cycles.
+        self.bucket = TokenBucket(rate=qps, burst=args.evict_burst) if qps > 0 else None
+        self.object_buckets: dict[tuple[str, str], TokenBucket] = {}
+
+
+class DeschedulerLoop:
+    """The ``descheduler`` control loop (see the module docstring)."""
+
+    name = "descheduler"
+
+    def __init__(
+        self,
+        *,
+        metrics: DeschedulerMetrics | None = None,
+        plugins: Mapping[str, PluginEntry] | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._metrics = metrics
+        self._table = plugins
+        self._timer = timer
+        self._config: Configuration | None = None
+        self._profiles: list[_Plugins] = []
+        #: (ConfigMap uid, text) of the configuration in force, and of the last one refused.
+        self._source: tuple[str, str | None] | None = None
+        self._refused: tuple[str, str | None] | None = None
+        self._instance = ""
+        self._due: datetime | None = None
+        self._ran = False
+        self._too_few_nodes = False
+        self._jobs_view: object = None
+        self._store: Store | None = None
+        self._recorder: EventRecorder | None = None
+
+    @property
+    def configuration(self) -> Configuration | None:
+        """The configuration in force (None: descheduling is off)."""
+        return self._config
+
+    def _events(self, ctx: LoopContext) -> EventRecorder:
+        if self._recorder is None or self._store is not ctx.store:
+            self._store = ctx.store
+            self._recorder = EventRecorder(ctx.store, component=COMPONENT, clock=ctx.now)
+        return self._recorder
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def reconcile(self, ctx: LoopContext) -> float | None:
+        snapshot = ctx.store.snapshot()
+        self._job_metrics(ctx, snapshot)
+        self._load(ctx, snapshot)
+        config = self._config
+        if config is None:
+            return None
+        now = ctx.now()
+        if self._due is not None and now < self._due:
+            return (self._due - now).total_seconds()
+        if self._ran and config.interval <= 0:
+            return None
+        self._cycle(ctx, snapshot, config, now)
+        self._job_metrics(ctx, ctx.store.snapshot())
+        self._ran = True
+        if config.interval <= 0:
+            return None
+        self._due = now + timedelta(seconds=config.interval)
+        return config.interval
+
+    def _job_metrics(self, ctx: LoopContext, snapshot: Snapshot) -> None:
+        if self._metrics is None:
+            return
+        view = snapshot.objects(ctx.store.registry.for_type(PodMigrationJob))
+        if view is not self._jobs_view:
+            self._jobs_view = view
+            self._metrics.migration_jobs(j for j in view if isinstance(j, PodMigrationJob))
+
+    # -- configuration ---------------------------------------------------------------------------
+
+    def _load(self, ctx: LoopContext, snapshot: Snapshot) -> None:
+        kind = ctx.store.registry.for_type(ConfigMap)
+        found = snapshot.get(kind, k.DESCHEDULER_CONFIG_NAME, k.DESCHEDULER_CONFIG_NAMESPACE)
+        if not isinstance(found, ConfigMap):
+            if self._config is not None:
+                log.info(
+                    "descheduling is off: ConfigMap %s/%s is gone",
+                    k.DESCHEDULER_CONFIG_NAMESPACE,
+                    k.DESCHEDULER_CONFIG_NAME,
+                )
+            self._config, self._profiles, self._source, self._refused = None, [], None, None
+            return
+        text = found.data.get(k.DESCHEDULER_CONFIG_KEY)
+        source = (found.metadata.uid, text)
+        if source == self._source or source == self._refused:
+            return
+        try:
+            if text is None:
+                raise DeschedulerConfigError(f"no key {k.DESCHEDULER_CONFIG_KEY!r} in its data")
+            table = self._registry()
+            config = load_configuration(text, plugins=table)
+            profiles = [_Plugins(profile, table) for profile in config.profiles]
+        except DeschedulerConfigError as err:
+            self._refused = source
+            kept = "keeping the previous configuration" if self._config else "descheduling is off"
+            log.error(
+                "ConfigMap %s/%s: invalid descheduler configuration (%s): %s",
+                k.DESCHEDULER_CONFIG_NAMESPACE,
+                k.DESCHEDULER_CONFIG_NAME,
+                kept,
+                err,
+            )
+            self._events(ctx).record(
+                found,
+                type=WARNING,
+                reason=INVALID_CONFIGURATION,
+                message=f"invalid descheduler configuration ({kept}): {err}",
+            )
+            return
+        log.info(
+            "descheduler configuration loaded: %d profile(s) (%s), interval %ss%s",
+            len(config.profiles),
+            ", ".join(p.name for p in config.profiles),
+            config.interval,
+            ", dry run" if config.dry_run else "",
+        )
+        self._config, self._profiles = config, profiles
+        self._source, self._refused = source, None
+        self._instance = str(uuid.uuid5(_NAMES, f"instance/{found.metadata.uid}"))
+        self._due, self._ran = None, False
+
+    def _registry(self) -> Mapping[str, PluginEntry]:
+        if self._table is None:
+            from controller.descheduler.plugins import PLUGINS  # imports every plugin
+
+            self._table = PLUGINS
+        return self._table
+
+    # -- one cycle ---------------------------------------------------------------------------------
+
+    def _cycle(
+        self, ctx: LoopContext, snapshot: Snapshot, config: Configuration, now: datetime
+    ) -> None:
+        started = self._timer()
+        registry = ctx.store.registry
+        nodes = [
+            n
+            for n in snapshot.objects(registry.for_type(Node))
+            if isinstance(n, Node) and n.is_ready
+        ]
+        selected = [n for n in nodes if config.node_selector.matches(n.metadata.labels)]
+        if len(selected) < 2:
+            if not self._too_few_nodes:
+                log.info(
+                    "descheduling skipped: %d Ready node(s) match the node selector, 2 needed",
+                    len(selected),
+                )
+            self._too_few_nodes = True
+            return
+        self._too_few_nodes = False
+        pods_by_node: dict[str, list[Pod]] = {}
+        workload_pods: dict[str, list[Pod]] = {}
+        pod_kind = registry.for_type(Pod)
+        for obj in snapshot.objects(pod_kind):
+            if not isinstance(obj, Pod):
+                continue
+            if obj.metadata.deletion_timestamp is not None or obj.is_terminated:
+                continue
+            workload = controller_uid(obj)
+            if workload:
+                workload_pods.setdefault(workload, []).append(obj)
+            if obj.spec.node_name:
+                pods_by_node.setdefault(obj.spec.node_name, []).append(obj)
+        migrations = []
+        for job in snapshot.objects(registry.for_type(PodMigrationJob)):
+            if not isinstance(job, PodMigrationJob) or job.status.phase not in _ACTIVE_PHASES:
+                continue
+            ref = job.spec.pod_ref
+            found = snapshot.get(pod_kind, ref.name, ref.namespace)
+            pod = found if isinstance(found, Pod) else None
+            migrations.append(
+                ActiveMigration(
+                    namespace=ref.namespace or "default",
+                    name=ref.name,
+                    node=pod.spec.node_name if pod is not None else "",
+                    workload=controller_uid(pod) if pod is not None else "",
+                )
+            )
+        ledger = CycleLedger(
+            now=now,
+            max_per_node=config.max_pods_per_node,
+            max_per_namespace=config.max_pods_per_namespace,
+            max_total=config.max_pods_total,
+            migrations=migrations,
+            workload_pods=workload_pods,
+            priority_classes={
+                pc.metadata.name: pc.value
+                for pc in snapshot.objects(registry.for_type(PriorityClass))
+                if isinstance(pc, PriorityClass)
+            },
+        )
+        node_metrics = {
+            m.metadata.name: m
+            for m in snapshot.objects(registry.for_type(NodeMetric))
+            if isinstance(m, NodeMetric)
+        }
+        everywhere = {n.metadata.name: n for n in nodes}
+        runs: list[tuple[_Plugins, CycleView, CycleEvictor]] = []
+        for plugins in self._profiles:
+            profile = plugins.profile
+            view = CycleView(
+                now=now,
+                nodes=tuple(n for n in selected if profile.node_selector.matches(n.labels)),
+                pods_by_node=pods_by_node,
+                metrics=node_metrics,
+                all_nodes=everywhere,
+            )
+            evictor = CycleEvictor(
+                view,
+                ledger,
+                args=plugins.evictor_args,
+                profile=profile.name,
+                dry_run=config.dry_run,
+                filters=plugins.filters,
+                bucket=plugins.bucket,
+                object_buckets=plugins.object_buckets,
+            )
+            runs.append((plugins, view, evictor))
+        for plugins, view, evictor in runs:
+            for deschedule in plugins.deschedule:
+                self._run(
+                    deschedule.name,
+                    "Deschedule",
+                    plugins.profile.name,
+                    functools.partial(
+                        deschedule.deschedule, view, _for_plugin(deschedule, evictor, config)
+                    ),
+                )
+        for plugins, view, evictor in runs:
+            for balance in plugins.balance:
+                self._run(
+                    balance.name,
+                    "Balance",
+                    plugins.profile.name,
+                    functools.partial(balance.balance, view, _for_plugin(balance, evictor, config)),
+                )
+        self._write(ctx, snapshot, ledger, dry_run=config.dry_run)
+        elapsed = self._timer() - started
+        if self._metrics is not None:
+            self._metrics.cycle_ran(elapsed)
+        log.log(
+            logging.INFO if ledger.admitted or ledger.cordons else logging.DEBUG,
+            "descheduling cycle over %d node(s) in %.3fs: %d eviction(s)%s, %d refused by the"
+            " cycle's limits, %d cordon(s)",
+            len(selected),
+            elapsed,
+            len(ledger.admitted),
+            " proposed (dry run)" if config.dry_run else "",
+            len(ledger.refused),
+            len(ledger.cordons),
+        )
+
+    def _run(self, plugin: str, point: str, profile: str, call: Callable[[], Status]) -> None:
+        started = self._timer()
+        try:
+            status = call()
+        except Exception:
+            log.exception("descheduler profile %s: %s plugin %s failed", profile, point, plugin)
+        else:
+            if not status.ok:
+                log.warning(
+                    "descheduler profile %s: %s plugin %s: %s",
+                    profile,
+                    point,
+                    plugin,
+                    status.message,
+                )
+        if self._metrics is not None:
+            self._metrics.plugin_ran(plugin, point, profile, self._timer() - started)
+
+    # -- the writes ------------------------------------------------------------------------------
+
+    def _write(
+        self, ctx: LoopContext, snapshot: Snapshot, ledger: CycleLedger, *, dry_run: bool
+    ) -> None:
+        store = ctx.store
+        events: list[tuple[Object, str, str, str]] = []
+        metrics = self._metrics
+        self._cordon(ctx, snapshot, ledger, events, dry_run=dry_run)
+        jobs: list[tuple[Admission, PodMigrationJob]] = []
+        pod_kind = store.registry.for_type(Pod)
+        for admission in ledger.admitted:
+            intent = admission.intent
+            pod = intent.pod
+            where = (pod.metadata.namespace, intent.node)
+            if intent.dry_run:
+                events.append(
+                    (
+                        pod,
+                        NORMAL,
+                        EVICTION_PROPOSED,
+                        f"eviction proposed by {intent.plugin} (dry run): {intent.reason}",
+                    )
+                )
+                if metrics is not None:
+                    metrics.proposed(strategy=intent.plugin, namespace=where[0], node=where[1])
+                log.info(
+                    "dry run: %s would evict pod %s/%s from node %s: %s",
+                    intent.plugin,
+                    pod.metadata.namespace,
+                    pod.metadata.name,
+                    intent.node,
+                    intent.reason,
+                )
+                continue
+            if admission.mode == MODE_EVICT_DIRECTLY:
+                try:
+                    store.delete(
+                        pod_kind,
+                        pod.metadata.name,
+                        pod.metadata.namespace,
+                        resource_version=pod.metadata.resource_version,
+                    )
+                except StoreError as err:
+                    log.warning(
+                        "eviction of pod %s/%s by %s failed: %s",
+                        pod.metadata.namespace,
+                        pod.metadata.name,
+                        intent.plugin,
+                        err,
+                    )
+                    result = ERROR
+                else:
+                    log.info(
+                        "evicted pod %s/%s from node %s (%s: %s)",
+                        pod.metadata.namespace,
+                        pod.metadata.name,
+                        intent.node,
+                        intent.plugin,
+                        intent.reason,
+                    )
+                    events.append(
+                        (pod, WARNING, EVICTED, f"evicted by {intent.plugin}: {intent.reason}")
+                    )
+                    result = SUCCESS
+                if metrics is not None:
+                    metrics.evicted(
+                        result, strategy=intent.plugin, namespace=where[0], node=where[1]
+                    )
+                continue
+            jobs.append((admission, self._job(admission, ledger.now)))
+        if jobs:
+            outcomes = store.apply_many([job for _, job in jobs])
+            for (admission, job), outcome in zip(jobs, outcomes, strict=True):
+                pod = admission.intent.pod
+                if isinstance(outcome, StoreError):
+                    log.warning(
+                        "PodMigrationJob for pod %s/%s not created: %s",
+                        pod.metadata.namespace,
+                        pod.metadata.name,
+                        outcome,
+                    )
+                    if metrics is not None:
+                        metrics.evicted(
+                            ERROR,
+                            strategy=admission.intent.plugin,
+                            namespace=pod.metadata.namespace,
+                            node=admission.intent.node,
+                        )
+                    continue
+                log.info(
+                    "PodMigrationJob %s created for pod %s/%s on node %s (%s: %s)",
+                    job.metadata.name,
+                    pod.metadata.namespace,
+                    pod.metadata.name,
+                    admission.intent.node,
+                    admission.intent.plugin,
+                    admission.intent.reason,
+                )
+        if metrics is not None:
+            for refusal in ledger.refused:
+                metrics.evicted(
+                    refusal.result,
+                    strategy=refusal.plugin,
+                    namespace=refusal.pod.metadata.namespace,
+                    node=refusal.node,
+                )
+        if events:
+            try:
+                self._events(ctx).record_many(events)
+            except StoreError as err:
+                log.warning("descheduler events not recorded: %s", err)
+
+    def _cordon(
+        self,
+        ctx: LoopContext,
+        snapshot: Snapshot,
+        ledger: CycleLedger,
+        events: list[tuple[Object, str, str, str]],
+        *,
+        dry_run: bool,
+    ) -> None:
+        kind = ctx.store.registry.for_type(Node)
+        for name, plugin in ledger.cordons.items():
+            node = snapshot.get(kind, name)
+            if not isinstance(node, Node) or node.spec.unschedulable:
+                continue
+            if dry_run:
+                events.append(
+                    (node, NORMAL, CORDON_PROPOSED, f"cordon proposed by {plugin} (dry run)")
+                )
+                continue
+            cordoned = msgspec.structs.replace(
+                node, spec=msgspec.structs.replace(node.spec, unschedulable=True)
+            )
+            try:
+                ctx.store.update(cordoned)
+            except StoreError as err:
+                log.warning("cordon of node %s by %s failed: %s", name, plugin, err)
+                continue
+            log.info("cordoned node %s for %s", name, plugin)
+            events.append((node, NORMAL, CORDONED, f"cordoned by {plugin} to drain the node"))
+
+    def _job(self, admission: Admission, now: datetime) -> PodMigrationJob:
+        intent = admission.intent
+        pod = intent.pod
+        meta = pod.metadata
+        args = admission.args
+        name = str(uuid.uuid5(_NAMES, f"job/{meta.uid}/{now.isoformat()}"))
+        return PodMigrationJob(
+            metadata=ObjectMeta(
+                name=name,
+                annotations={
+                    k.ANNOTATION_EVICT_REASON: intent.reason,
+                    k.ANNOTATION_EVICT_TRIGGER: intent.plugin,
+                    k.ANNOTATION_JOB_CREATED_BY: self._instance,
+                },
+            ),
+            spec=PodMigrationJobSpec(
+                pod_ref=ObjectReference(
+                    kind="Pod", namespace=meta.namespace, name=meta.name, uid=meta.uid
+                ),
+                mode=admission.mode,
+                ttl=args.default_job_ttl,
+                delete_options=args.default_delete_options,
+            ),
+            status=PodMigrationJobStatus(phase=PENDING),
+        )
+
+
+def _for_plugin(plugin: object, evictor: CycleEvictor, config: Configuration) -> CycleEvictor:
+    """The evictor a plugin uses: the cycle's, or, for a plugin whose args say ``dryRun`` in a
+    live cycle, a twin over the same ledger that only proposes."""
+    args = getattr(plugin, "args", None)
+    if config.dry_run or evictor.dry_run or not getattr(args, "dry_run", False):
+        return evictor
+    return evictor.proposing()

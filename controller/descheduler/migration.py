@@ -1,0 +1,1043 @@
+"""The ``migration`` control loop: PodMigrationJobs from Pending to an end (controller-spec §6.2).
+
+A PodMigrationJob (PMJ) names one pod (``spec.podRef``) to move. Each pass looks at every PMJ:
+
+1. **Scavenger.** A PMJ older than its TTL plus 5 minutes (30 minutes when ``ttl`` is ``0s``) is
+   deleted, and its reservation with it, whatever its phase.
+2. **Final and held.** ``Succeeded``, ``Failed`` and ``Aborted`` PMJs stay as they are; so does
+   one with ``spec.paused`` (its timeout does not run either).
+3. **Timeout.** Past ``creationTimestamp + ttl`` (``spec.ttl``, else 5 minutes; ``0s``: never)
+   a PMJ is ``Aborted``, reason ``Timeout``, and its reservation deleted.
+4. **Arbitration.** ``Pending`` PMJs are taken oldest first (creation time, then name). A PMJ
+   whose pod is gone (or has another uid than ``podRef.uid``) is ``Failed``, reason
+   ``MissingPod``. The others become ``Running`` (``podRef.uid`` filled in) while the limits
+   hold, counted over the ``Running`` PMJs and those admitted before it in the same pass:
+   migrating pods per node (``maxMigratingPerNode``, 2), per namespace, globally (these
+   three: 0 or unset is no limit), per workload (the pod's controller), and the unavailable
+   pods of the workload (its pods that are not Ready, plus its migrating ones) below
+   ``maxUnavailablePerWorkload``. The two
+   workload limits take an int or a percentage of the workload's live pods; unset, they are
+   10 % of them above 10 pods, 2 from 4 to 10, else 1, and never below 1 or above the pod
+   count. A PMJ over a limit stays ``Pending`` and is looked at again on the next change.
+5. **ReservationFirst** (the default mode), one step per pass as far as the cluster allows:
+
+   a. create a Reservation named after the PMJ's uid from the pod: the pod's labels and
+      annotations (less the quota labels, the queue's admission label and pod-set
+      annotations, and ``reservation-allocated``: a reservation is not charged to the pod's
+      quota, its replacement is) and spec, ``nodeName`` cleared and a required node
+      anti-affinity (``metadata.name NotIn [current node]``) added to every term; owners the
+      pod's controller reference (the pod itself when it has none), ``allocateOnce: true``,
+      the PMJ's TTL, label ``scheduling.koordinator.sh/reservation-order=<unix ms>``;
+      ``spec.reservationOptions.reservationRef`` points at it; condition
+      ``ReservationCreated`` (a refused creation: ``Failed``, reason
+      ``FailedCreateReservation``). A reservation named in ``reservationRef`` beforehand is
+      used instead of creating one (``MissingReservation`` when there is none). A pod without
+      ``priority`` gives the template priority 0, as an API server would have admitted it (a
+      reservation of no priority is placed with the highest);
+   b. wait for the scheduler: ``Available`` gives ``ReservationScheduled`` and
+      ``status.nodeName``; ``Scheduled=False`` (reason ``Unschedulable``) fails the PMJ with
+      reason ``Unschedulable`` and the scheduler's message, an expired reservation with
+      ``ReservationExpired``, a vanished one with ``MissingReservation``; in every failure
+      the reservation is deleted and the pod left alone;
+   c. evict the pod: a Warning Event ``Evicted`` on it naming the PMJ, its trigger and its
+      ``koordinator.sh/evict-reason``, then the pod is deleted; condition ``Eviction``,
+      reason ``EvictComplete`` (a refused deletion: reason ``FailedEvict``, tried again);
+   d. wait for a new pod of the same owner (another uid) bound into the reservation
+      (``reservation-allocated`` carries its uid): ``PodBoundReservation``; once it is Ready,
+      ``BoundPodReady`` and ``Succeeded`` with ``status.podRef`` the new pod and
+      ``status.nodeName`` its node.
+6. **EvictDirectly**: the pod is evicted as in 5c and the PMJ ``Succeeded``.
+
+``status.reason``/``status.message`` tell the current step (``WaitForPodBindReservation``...)
+or the end; a PMJ ending ``Failed`` or ``Aborted`` gets a Warning Event with them.
+
+The workload controller brings an evicted pod back: in ``koordpy up``/``simulate`` the jobs loop
+re-creates a deleted pod of a running Job or PyTorchJob as a new pod for the same replica (same
+name, labels and owner), which the scheduler places in the reservation its owner holds. An
+evicted pod needs no mark for that: a deleted pod is not a finished one (only phases
+``Succeeded``/``Failed`` count towards a job's completions or failures) and the unit's
+admissions keep their replicas while a replica's pod is missing.
+
+Not done (yet): the eviction rate limiter (``evictQPS``/``evictBurst``), the per-workload object
+limiter, ``reservationOptions.template`` and preemption options, the pod-importance order of
+arbitration, ``deleteOptions`` (the pod is deleted at once) and ``evictionPolicy`` (every
+eviction deletes).
+
+:func:`arbitrate` and :func:`advance` are pure; :class:`MigrationController` reads a snapshot and
+writes through the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Final, Protocol
+
+import msgspec
+
+from apis import constants as k
+from apis.core import (
+    Affinity,
+    ConfigMap,
+    NodeAffinity,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    Pod,
+    PodTemplateSpec,
+)
+from apis.duration import Duration
+from apis.kinds import Registry, default_registry
+from apis.meta import Condition, Object, ObjectMeta, ObjectReference
+from apis.scheduling import (
+    PodMigrationJob,
+    PodMigrationReservationOptions,
+    Reservation,
+    ReservationControllerReference,
+    ReservationOwner,
+    ReservationSpec,
+)
+from controller.descheduler.config import (
+    MIGRATION_CONTROLLER,
+    DeschedulerConfigError,
+    load_configuration,
+)
+from controller.errors import AlreadyExists, NotFound, StoreError
+from controller.events import WARNING, EventRecorder
+from controller.mutations import whole_seconds
+from controller.reservations import AnnotationError
+from controller.reservations.affinity import parse_allocated
+from controller.snapshots import Snapshot
+from controller.store import Store
+
+if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
+    from controller.loops import LoopContext
+
+__all__ = [
+    "ABORTED",
+    "FAILED",
+    "MODES",
+    "MODE_EVICT_DIRECTLY",
+    "MODE_RESERVATION_FIRST",
+    "PENDING",
+    "RUNNING",
+    "SUCCEEDED",
+    "Arbitration",
+    "Limits",
+    "MigrationArgs",
+    "MigrationController",
+    "Step",
+    "World",
+    "advance",
+    "arbitrate",
+    "reservation_for",
+    "reservation_name",
+    "workload_limit",
+]
+
+log = logging.getLogger(__name__)
+
+_CONFIG_MAP_KIND: Final = default_registry().for_type(ConfigMap)
+
+_replace = msgspec.structs.replace
+
+# --- names of the API (controller-spec §6.2) ------------------------------------------------------
+
+PENDING: Final = "Pending"
+RUNNING: Final = "Running"
+SUCCEEDED: Final = "Succeeded"
+FAILED: Final = "Failed"
+ABORTED: Final = "Aborted"
+FINAL_PHASES: Final = frozenset({SUCCEEDED, FAILED, ABORTED})
+
+MODE_RESERVATION_FIRST: Final = "ReservationFirst"
+MODE_EVICT_DIRECTLY: Final = "EvictDirectly"
+MODES: Final = (MODE_RESERVATION_FIRST, MODE_EVICT_DIRECTLY)
+
+COND_RESERVATION_CREATED: Final = "ReservationCreated"
+COND_RESERVATION_SCHEDULED: Final = "ReservationScheduled"
+COND_EVICTION: Final = "Eviction"
+COND_POD_BOUND_RESERVATION: Final = "PodBoundReservation"
+COND_BOUND_POD_READY: Final = "BoundPodReady"
+
+REASON_TIMEOUT: Final = "Timeout"
+REASON_FAILED_CREATE_RESERVATION: Final = "FailedCreateReservation"
+REASON_RESERVATION_EXPIRED: Final = "ReservationExpired"
+REASON_UNSCHEDULABLE: Final = "Unschedulable"
+REASON_MISSING_POD: Final = "MissingPod"
+REASON_MISSING_RESERVATION: Final = "MissingReservation"
+REASON_EVICT_COMPLETE: Final = "EvictComplete"
+REASON_FAILED_EVICT: Final = "FailedEvict"
+REASON_WAIT_FOR_POD_BIND_RESERVATION: Final = "WaitForPodBindReservation"
+REASON_WAIT_FOR_BOUND_POD_READY: Final = "WaitForBoundPodReady"
+
+#: The Event reason on an evicted pod.
+EVENT_EVICTED: Final = "Evicted"
+#: The component Events are recorded as.
+COMPONENT: Final = "koord-descheduler"
+
+#: ``spec.ttl`` when a PMJ gives none (``defaultJobTTL``).
+DEFAULT_TTL: Final = timedelta(minutes=5)
+#: How long past its TTL the scavenger keeps a PMJ.
+SCAVENGE_AFTER_TTL: Final = timedelta(minutes=5)
+#: How long the scavenger keeps a PMJ without TTL (``ttl: 0s``).
+SCAVENGE_WITHOUT_TTL: Final = timedelta(minutes=30)
+#: Seconds before a PMJ whose write failed is looked at again.
+RETRY_SECONDS: Final = 1.0
+
+#: Pod labels and annotations a reservation made from the pod leaves out: the quota the pod
+#: is charged to (the replacement is charged when it lands), the queue's admission gate and
+#: pod-set bookkeeping, and the pod's own place in a reservation.
+_DROPPED_LABELS: Final = frozenset(
+    {
+        k.LABEL_QUOTA_NAME,
+        k.LABEL_QUOTA_NAME_ALIBABACLOUD,
+        k.LABEL_QUOTA_NAME_TREE,
+        k.LABEL_QUOTA_PREEMPTIBLE,
+        k.LABEL_PREEMPTIBLE_ALIBABACLOUD,
+        k.LABEL_SCHEDULE_ADMISSION,
+        k.LABEL_JOB_REPLICA_INDEX,
+    }
+)
+_DROPPED_ANNOTATIONS: Final = frozenset(
+    {
+        k.ANNOTATION_RESERVATION_ALLOCATED,
+        k.ANNOTATION_RELATED_QUEUEUNIT,
+        k.ANNOTATION_RELATED_PODSET_NAME,
+    }
+)
+_PERCENT: Final = re.compile(r"^(\d+)%$")
+
+
+# --- limits ---------------------------------------------------------------------------------------
+
+
+def _check_count(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or value < 0):
+        raise ValueError(f"{name}: must be a non-negative integer, got {value!r}")
+
+
+def _check_int_or_percent(name: str, value: int | str | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, str):
+        if _PERCENT.match(value) is None:
+            raise ValueError(
+                f"{name}: must be an integer or a percentage like '10%', got {value!r}"
+            )
+        return
+    _check_count(name, value)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the MigrationController's arbitration and jobs use, from ``MigrationControllerArgs``
+    (:meth:`of`). Counts: None or 0 = no limit; the workload limits: None = the defaults of the
+    module docstring."""
+
+    max_migrating_per_node: int | None = 2
+    max_migrating_per_namespace: int | None = None
+    max_migrating_globally: int | None = None
+    max_migrating_per_workload: int | str | None = None
+    max_unavailable_per_workload: int | str | None = None
+    #: ``spec.mode`` when a PMJ gives none.
+    default_job_mode: str = MODE_RESERVATION_FIRST
+    #: ``spec.ttl`` when a PMJ gives none.
+    default_job_ttl: timedelta = DEFAULT_TTL
+
+    def __post_init__(self) -> None:
+        _check_count("maxMigratingPerNode", self.max_migrating_per_node)
+        _check_count("maxMigratingPerNamespace", self.max_migrating_per_namespace)
+        _check_count("maxMigratingGlobally", self.max_migrating_globally)
+        _check_int_or_percent("maxMigratingPerWorkload", self.max_migrating_per_workload)
+        _check_int_or_percent("maxUnavailablePerWorkload", self.max_unavailable_per_workload)
+        if self.default_job_mode not in MODES:
+            raise ValueError(
+                f"defaultJobMode: must be one of {', '.join(MODES)}, got {self.default_job_mode!r}"
+            )
+        if self.default_job_ttl < timedelta(0):
+            raise ValueError(f"defaultJobTTL: must not be negative, got {self.default_job_ttl}")
+
+    @classmethod
+    def of(cls, args: MigrationArgs) -> Limits:
+        """The limits of a ``MigrationControllerArgs`` (anything with its fields)."""
+        return cls(
+            max_migrating_per_node=args.max_migrating_per_node,
+            max_migrating_per_namespace=args.max_migrating_per_namespace,
+            max_migrating_globally=args.max_migrating_globally,
+            max_migrating_per_workload=args.max_migrating_per_workload,
+            max_unavailable_per_workload=args.max_unavailable_per_workload,
+            default_job_mode=args.default_job_mode,
+            default_job_ttl=timedelta(microseconds=args.default_job_ttl.nanoseconds // 1000),
+        )
+
+
+class MigrationArgs(Protocol):
+    """The fields of ``MigrationControllerArgs`` the loop reads."""
+
+    @property
+    def max_migrating_per_node(self) -> int | None: ...
+    @property
+    def max_migrating_per_namespace(self) -> int | None: ...
+    @property
+    def max_migrating_globally(self) -> int | None: ...
+    @property
+    def max_migrating_per_workload(self) -> int | str | None: ...
+    @property
+    def max_unavailable_per_workload(self) -> int | str | None: ...
+    @property
+    def default_job_mode(self) -> str: ...
+    @property
+    def default_job_ttl(self) -> Duration: ...
+
+
+def workload_limit(value: int | str | None, replicas: int) -> int:
+    """A per-workload limit for a workload of ``replicas`` live pods (module docstring, 4)."""
+    if value is None:
+        limit = replicas // 10 if replicas > 10 else 2 if replicas >= 4 else 1
+    elif isinstance(value, str):
+        match = _PERCENT.match(value)
+        if match is None:
+            raise ValueError(f"not an integer or a percentage: {value!r}")
+        limit = replicas * int(match.group(1)) // 100
+    else:
+        limit = value
+    return max(1, min(limit, max(replicas, 1)))
+
+
+# --- small readers --------------------------------------------------------------------------------
+
+
+def _created(obj: PodMigrationJob | Reservation, now: datetime) -> datetime:
+    return obj.metadata.creation_timestamp or now
+
+
+def _ttl(job: PodMigrationJob, limits: Limits) -> timedelta:
+    ttl = job.spec.ttl
+    if ttl is None:
+        return limits.default_job_ttl
+    return timedelta(microseconds=ttl.nanoseconds // 1000)
+
+
+def _mode(job: PodMigrationJob, limits: Limits) -> str:
+    return job.spec.mode or limits.default_job_mode
+
+
+def _condition(job: PodMigrationJob, type_: str) -> Condition | None:
+    return next((c for c in job.status.conditions if c.type == type_), None)
+
+
+def _done(job: PodMigrationJob, type_: str) -> bool:
+    found = _condition(job, type_)
+    return found is not None and found.status == "True"
+
+
+def _controller_of(pod: Pod) -> str:
+    """The uid of the pod's controller ("" for a bare pod)."""
+    return next((r.uid for r in pod.metadata.owner_references if r.controller), "")
+
+
+def _pod_ready(pod: Pod) -> bool:
+    if pod.is_terminated or pod.metadata.deletion_timestamp is not None:
+        return False
+    ready = next((c for c in pod.status.conditions if c.type == "Ready"), None)
+    return ready is not None and ready.status == "True"
+
+
+def reservation_name(job: PodMigrationJob) -> str:
+    """The reservation a ReservationFirst PMJ migrates into."""
+    options = job.spec.reservation_options
+    if options is not None and options.reservation_ref is not None:
+        return options.reservation_ref.name
+    return job.metadata.uid
+
+
+def _pod_key(job: PodMigrationJob) -> tuple[str, str]:
+    ref = job.spec.pod_ref
+    return ref.namespace or "default", ref.name
+
+
+# --- the cluster as one pass sees it --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """What one pass reads: pods by (namespace, name), reservations by name."""
+
+    pods: Mapping[tuple[str, str], Pod]
+    reservations: Mapping[str, Reservation]
+    #: Controller uid -> its live pods.
+    by_controller: Mapping[str, Sequence[Pod]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, pods: Iterable[Pod], reservations: Iterable[Reservation]) -> World:
+        by_key: dict[tuple[str, str], Pod] = {}
+        by_controller: dict[str, list[Pod]] = {}
+        for pod in pods:
+            by_key[(pod.metadata.namespace, pod.metadata.name)] = pod
+            owner = _controller_of(pod)
+            if owner and not pod.is_terminated and pod.metadata.deletion_timestamp is None:
+                by_controller.setdefault(owner, []).append(pod)
+        return cls(
+            pods=by_key,
+            reservations={r.metadata.name: r for r in reservations},
+            by_controller=by_controller,
+        )
+
+    def pod_of(self, job: PodMigrationJob) -> Pod | None:
+        """The job's pod: ``podRef``'s namespace and name, and its uid when it gives one."""
+        pod = self.pods.get(_pod_key(job))
+        uid = job.spec.pod_ref.uid
+        if pod is None or (uid and pod.metadata.uid != uid):
+            return None
+        return pod
+
+
+# --- arbitration ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Arbitration:
+    #: PMJs now Running (``podRef.uid`` filled in), in order.
+    admitted: Sequence[PodMigrationJob]
+    #: PMJs ``Failed`` with ``MissingPod``.
+    missing: Sequence[PodMigrationJob]
+    #: PMJ name -> the limit that keeps it Pending.
+    waiting: Mapping[str, str]
+
+
+@dataclass(slots=True)
+class _Counts:
+    nodes: dict[str, int] = field(default_factory=dict)
+    namespaces: dict[str, int] = field(default_factory=dict)
+    workloads: dict[str, set[str]] = field(default_factory=dict)
+    total: int = 0
+
+    def add(self, namespace: str, pod: Pod | None) -> None:
+        self.total += 1
+        self.namespaces[namespace] = self.namespaces.get(namespace, 0) + 1
+        if pod is None:
+            return
+        node = pod.spec.node_name
+        if node:
+            self.nodes[node] = self.nodes.get(node, 0) + 1
+        owner = _controller_of(pod)
+        if owner:
+            self.workloads.setdefault(owner, set()).add(pod.metadata.uid)
+
+
+def _over(count: int, limit: int | None) -> bool:
+    return bool(limit) and limit is not None and count + 1 > limit
+
+
+def _refusal(pod: Pod, namespace: str, counts: _Counts, world: World, limits: Limits) -> str:
+    """Which limit keeps ``pod`` from migrating now ("" when none)."""
+    if _over(counts.total, limits.max_migrating_globally):
+        return "maxMigratingGlobally"
+    if _over(counts.namespaces.get(namespace, 0), limits.max_migrating_per_namespace):
+        return "maxMigratingPerNamespace"
+    node = pod.spec.node_name
+    if node and _over(counts.nodes.get(node, 0), limits.max_migrating_per_node):
+        return "maxMigratingPerNode"
+    owner = _controller_of(pod)
+    if owner:
+        siblings = world.by_controller.get(owner, ())
+        replicas = len(siblings)
+        migrating = counts.workloads.get(owner, set()) - {pod.metadata.uid}
+        if len(migrating) + 1 > workload_limit(limits.max_migrating_per_workload, replicas):
+            return "maxMigratingPerWorkload"
+        unavailable = migrating | {
+            p.metadata.uid for p in siblings if not _pod_ready(p) and p is not pod
+        }
+        if len(unavailable) + 1 > workload_limit(limits.max_unavailable_per_workload, replicas):
+            return "maxUnavailablePerWorkload"
+    return ""
+
+
+def arbitrate(
+    jobs: Sequence[PodMigrationJob], world: World, limits: Limits, now: datetime
+) -> Arbitration:
+    """Which ``Pending`` (not paused) PMJs may run now (module docstring, 4). Pure."""
+    counts = _Counts()
+    for job in jobs:
+        if job.status.phase == RUNNING:
+            counts.add(_pod_key(job)[0], world.pod_of(job))
+    pending = sorted(
+        (j for j in jobs if (j.status.phase or PENDING) == PENDING and not j.spec.paused),
+        key=lambda j: (_created(j, now), j.metadata.name),
+    )
+    admitted: list[PodMigrationJob] = []
+    missing: list[PodMigrationJob] = []
+    waiting: dict[str, str] = {}
+    for job in pending:
+        pod = world.pod_of(job)
+        if pod is None:
+            namespace, name = _pod_key(job)
+            missing.append(
+                _ended(job, FAILED, REASON_MISSING_POD, f'Pod "{namespace}/{name}" not found')
+            )
+            continue
+        namespace = pod.metadata.namespace
+        refused = _refusal(pod, namespace, counts, world, limits)
+        if refused:
+            waiting[job.metadata.name] = refused
+            continue
+        counts.add(namespace, pod)
+        ref = _replace(job.spec.pod_ref, namespace=namespace, uid=pod.metadata.uid)
+        running = _replace(job, spec=_replace(job.spec, pod_ref=ref))
+        admitted.append(_status(running, phase=RUNNING, reason="", message=""))
+    return Arbitration(admitted=admitted, missing=missing, waiting=waiting)
+
+
+# --- status helpers -------------------------------------------------------------------------------
+
+
+def _set_condition(
+    job: PodMigrationJob,
+    type_: str,
+    status: str,
+    now: datetime,
+    *,
+    reason: str = "",
+    message: str = "",
+) -> PodMigrationJob:
+    now = whole_seconds(now)
+    old = _condition(job, type_)
+    if old is not None and (old.status, old.reason, old.message) == (status, reason, message):
+        return job
+    new = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        last_probe_time=now,
+        last_transition_time=(
+            old.last_transition_time
+            if old is not None and old.status == status and old.last_transition_time
+            else now
+        ),
+    )
+    conditions = job.status.conditions
+    if old is None:
+        conditions = (*conditions, new)
+    else:
+        conditions = tuple(new if c.type == type_ else c for c in conditions)
+    return _replace(job, status=_replace(job.status, conditions=conditions))
+
+
+def _status(
+    job: PodMigrationJob,
+    *,
+    phase: str | None = None,
+    reason: str | None = None,
+    message: str | None = None,
+) -> PodMigrationJob:
+    """``job`` with its phase and its ``status``/``reason``/``message`` (None: kept)."""
+    status = job.status
+    return _replace(
+        job,
+        status=_replace(
+            status,
+            phase=status.phase if phase is None else phase,
+            status=status.status if reason is None else reason,
+            reason=status.reason if reason is None else reason,
+            message=status.message if message is None else message,
+        ),
+    )
+
+
+def _ended(job: PodMigrationJob, phase: str, reason: str, message: str) -> PodMigrationJob:
+    return _status(job, phase=phase, reason=reason, message=message)
+
+
+# --- one job's step -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    pod: Pod
+    job: PodMigrationJob
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one pass does for one PMJ (all None/empty: nothing)."""
+
+    #: The PMJ to write.
+    job: PodMigrationJob | None = None
+    #: A reservation to create (before the PMJ is written).
+    create: Reservation | None = None
+    #: The pod to evict (before the PMJ is written).
+    evict: Eviction | None = None
+    #: A reservation to delete.
+    delete_reservation: str = ""
+    #: When the PMJ wants to be looked at again.
+    wake_at: datetime | None = None
+
+
+def reservation_for(job: PodMigrationJob, pod: Pod, ttl: timedelta, now: datetime) -> Reservation:
+    """The Reservation a ReservationFirst PMJ creates for ``pod`` (module docstring, 5a)."""
+    meta = pod.metadata
+    node = pod.spec.node_name
+    away = NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=(node,))
+    affinity = pod.spec.affinity or Affinity()
+    node_affinity = affinity.node_affinity or NodeAffinity()
+    if node:
+        required = node_affinity.required_during_scheduling_ignored_during_execution
+        terms = required.node_selector_terms if required is not None else ()
+        terms = tuple(_replace(t, match_fields=(*t.match_fields, away)) for t in terms) or (
+            NodeSelectorTerm(match_fields=(away,)),
+        )
+        node_affinity = _replace(
+            node_affinity,
+            required_during_scheduling_ignored_during_execution=NodeSelector(
+                node_selector_terms=terms
+            ),
+        )
+        affinity = _replace(affinity, node_affinity=node_affinity)
+    spec = _replace(
+        pod.spec,
+        node_name="",
+        affinity=affinity,
+        scheduling_gates=(),
+        # As an API server admits a pod: no priority is 0 (a template without one would make
+        # the reservation unpreemptible and let it preempt everything, §1.3).
+        priority=pod.spec.priority if pod.spec.priority is not None else 0,
+    )
+    controller = next((r for r in meta.owner_references if r.controller), None)
+    owner = (
+        ReservationOwner(
+            controller=ReservationControllerReference(
+                api_version=controller.api_version,
+                kind=controller.kind,
+                name=controller.name,
+                uid=controller.uid,
+                controller=True,
+                namespace=meta.namespace,
+            )
+        )
+        if controller is not None
+        else ReservationOwner(
+            object=ObjectReference(namespace=meta.namespace, name=meta.name, uid=meta.uid)
+        )
+    )
+    return Reservation(
+        metadata=ObjectMeta(
+            name=reservation_name(job),
+            labels={k.LABEL_RESERVATION_ORDER: str(int(now.timestamp() * 1000))},
+        ),
+        spec=ReservationSpec(
+            template=PodTemplateSpec(
+                metadata=ObjectMeta(
+                    namespace=meta.namespace,
+                    labels={k_: v for k_, v in meta.labels.items() if k_ not in _DROPPED_LABELS},
+                    annotations={
+                        k_: v
+                        for k_, v in meta.annotations.items()
+                        if k_ not in _DROPPED_ANNOTATIONS
+                    },
+                ),
+                spec=spec,
+            ),
+            owners=(owner,),
+            ttl=Duration.from_seconds(ttl.total_seconds()),
+            allocate_once=True,
+        ),
+    )
+
+
+def _reservation_ref(job: PodMigrationJob, reservation: Reservation) -> PodMigrationJob:
+    ref = ObjectReference(
+        api_version=reservation.api_version,
+        kind=reservation.kind,
+        name=reservation.metadata.name,
+        uid=reservation.metadata.uid,
+    )
+    options = job.spec.reservation_options or PodMigrationReservationOptions()
+    if options.reservation_ref == ref:
+        return job
+    options = _replace(options, reservation_ref=ref)
+    return _replace(job, spec=_replace(job.spec, reservation_options=options))
+
+
+def _unschedulable(reservation: Reservation) -> Condition | None:
+    scheduled = next((c for c in reservation.status.conditions if c.type == "Scheduled"), None)
+    if scheduled is not None and scheduled.status == "False":
+        return scheduled
+    return None
+
+
+def _replacement(job: PodMigrationJob, reservation: Reservation, world: World) -> Pod | None:
+    """A pod bound into ``reservation`` that is not the migrated pod."""
+    original = job.spec.pod_ref.uid
+    owners = reservation.spec.owners
+    controller = owners[0].controller if owners else None
+    candidates: Iterable[Pod] = (
+        world.by_controller.get(controller.uid, ()) if controller is not None else ()
+    )
+    found = []
+    for pod in candidates:
+        if pod.metadata.uid == original or not pod.spec.node_name:
+            continue
+        try:
+            allocated = parse_allocated(pod)
+        except AnnotationError:
+            continue
+        if allocated is not None and allocated.uid == reservation.metadata.uid:
+            found.append(pod)
+    return min(found, key=lambda p: (not _pod_ready(p), p.metadata.name), default=None)
+
+
+def _evict(job: PodMigrationJob, pod: Pod | None, now: datetime) -> Step:
+    """Step 5c (and 6 with ``finish``): evict the pod, or go on when it is already gone."""
+    message = (
+        f"pod {pod.metadata.namespace}/{pod.metadata.name} evicted"
+        if pod is not None
+        else "the pod was already gone"
+    )
+    after = _set_condition(
+        job, COND_EVICTION, "True", now, reason=REASON_EVICT_COMPLETE, message=message
+    )
+    return Step(job=after, evict=Eviction(pod=pod, job=job) if pod is not None else None)
+
+
+def _fail(job: PodMigrationJob, reason: str, message: str) -> Step:
+    """``job`` Failed, and the reservation it made deleted."""
+    return Step(
+        job=_ended(job, FAILED, reason, message), delete_reservation=_created_reservation(job)
+    )
+
+
+def advance(job: PodMigrationJob, world: World, limits: Limits, now: datetime) -> Step:
+    """The next step of a ``Running`` PMJ (module docstring, 5-6). Pure."""
+    pod = world.pod_of(job)
+    if _mode(job, limits) == MODE_EVICT_DIRECTLY:
+        if pod is None:
+            namespace, name = _pod_key(job)
+            message = f'Pod "{namespace}/{name}" not found'
+            return Step(job=_ended(job, FAILED, REASON_MISSING_POD, message))
+        step = _evict(job, pod, now)
+        assert step.job is not None
+        done = _ended(step.job, SUCCEEDED, REASON_EVICT_COMPLETE, "pod evicted")
+        return Step(job=done, evict=step.evict)
+    name = reservation_name(job)
+    reservation = world.reservations.get(name)
+    created = _done(job, COND_RESERVATION_CREATED)
+    if not created:
+        if reservation is not None:  # given in reservationRef, or created by an earlier pass
+            job = _reservation_ref(job, reservation)
+            job = _set_condition(job, COND_RESERVATION_CREATED, "True", now)
+            created = True
+        elif name != job.metadata.uid:
+            message = f"reservation {name} named in reservationRef not found"
+            return _fail(job, REASON_MISSING_RESERVATION, message)
+        else:
+            if pod is None:
+                namespace, pod_name = _pod_key(job)
+                message = f'Pod "{namespace}/{pod_name}" not found'
+                return Step(job=_ended(job, FAILED, REASON_MISSING_POD, message))
+            made = reservation_for(job, pod, _ttl(job, limits), now)
+            after = _set_condition(job, COND_RESERVATION_CREATED, "True", now)
+            after = _status(after, reason=COND_RESERVATION_CREATED, message=f"reservation {name}")
+            return Step(job=after, create=made)
+    if reservation is None:
+        return _fail(job, REASON_MISSING_RESERVATION, f"reservation {name} is gone")
+    job = _reservation_ref(job, reservation)
+    phase = reservation.status.phase
+    if phase == FAILED:
+        ready = next((c for c in reservation.status.conditions if c.type == "Ready"), None)
+        why = ready.message if ready is not None and ready.message else "expired"
+        return _fail(job, REASON_RESERVATION_EXPIRED, f"reservation {name}: {why}")
+    if not _done(job, COND_RESERVATION_SCHEDULED):
+        refused = _unschedulable(reservation)
+        if refused is not None:
+            message = refused.message or "the reservation cannot be scheduled"
+            return _fail(job, REASON_UNSCHEDULABLE, message)
+        if not (reservation.status.node_name and phase == "Available"):
+            return Step(job=job)
+        job = _set_condition(job, COND_RESERVATION_SCHEDULED, "True", now)
+        job = _replace(job, status=_replace(job.status, node_name=reservation.status.node_name))
+    evicted: Eviction | None = None
+    if not _done(job, COND_EVICTION):
+        step = _evict(job, pod, now)
+        assert step.job is not None
+        job, evicted = step.job, step.evict
+    bound = _replacement(job, reservation, world)
+    if bound is None:
+        job = _set_condition(
+            job,
+            COND_POD_BOUND_RESERVATION,
+            "False",
+            now,
+            reason=REASON_WAIT_FOR_POD_BIND_RESERVATION,
+        )
+        job = _status(job, reason=REASON_WAIT_FOR_POD_BIND_RESERVATION, message="")
+        return Step(job=job, evict=evicted)
+    job = _set_condition(job, COND_POD_BOUND_RESERVATION, "True", now)
+    new_ref = ObjectReference(
+        api_version=bound.api_version,
+        kind=bound.kind,
+        namespace=bound.metadata.namespace,
+        name=bound.metadata.name,
+        uid=bound.metadata.uid,
+    )
+    job = _replace(
+        job, status=_replace(job.status, pod_ref=new_ref, node_name=bound.spec.node_name)
+    )
+    if not _pod_ready(bound):
+        job = _set_condition(
+            job, COND_BOUND_POD_READY, "False", now, reason=REASON_WAIT_FOR_BOUND_POD_READY
+        )
+        job = _status(job, reason=REASON_WAIT_FOR_BOUND_POD_READY, message="")
+        return Step(job=job, evict=evicted)
+    job = _set_condition(job, COND_BOUND_POD_READY, "True", now)
+    message = (
+        f"pod {new_ref.namespace}/{new_ref.name} runs in reservation {name}"
+        f" on node {bound.spec.node_name}"
+    )
+    return Step(job=_ended(job, SUCCEEDED, "", message), evict=evicted)
+
+
+def _timeout(job: PodMigrationJob, limits: Limits, now: datetime) -> datetime | None:
+    ttl = _ttl(job, limits)
+    if ttl <= timedelta(0):
+        return None
+    return _created(job, now) + ttl
+
+
+def _scavenge_at(job: PodMigrationJob, limits: Limits, now: datetime) -> datetime:
+    ttl = _ttl(job, limits)
+    keep = ttl + SCAVENGE_AFTER_TTL if ttl > timedelta(0) else SCAVENGE_WITHOUT_TTL
+    return _created(job, now) + keep
+
+
+def _created_reservation(job: PodMigrationJob) -> str:
+    """The reservation this job made, deleted with it ("" when it made none: EvictDirectly, not
+    that far yet, or a reservation given in ``reservationRef``, which is not ours to delete)."""
+    name = job.metadata.uid
+    if reservation_name(job) != name or not _done(job, COND_RESERVATION_CREATED):
+        return ""
+    return name
+
+
+def _job_name(step: Step) -> str:
+    job = step.job or (step.evict.job if step.evict is not None else None)
+    return job.metadata.name if job is not None else "?"
+
+
+# --- the loop -------------------------------------------------------------------------------------
+
+
+class MigrationController:
+    """The ``migration`` control loop; see the module docstring."""
+
+    name = "migration"
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        #: Limits given here win; otherwise the descheduler's ConfigMap sets them (the first
+        #: profile's ``MigrationControllerArgs``), else the defaults.
+        self._fixed = limits
+        self.limits = limits or Limits()
+        self._config_source: tuple[str, str | None] | None = None
+        self._store: Store | None = None
+        self._recorder: EventRecorder | None = None
+        self._pod_view: Sequence[Object] | None = None
+        self._pod_index: World | None = None
+
+    def _configure(self, snapshot: Snapshot) -> None:
+        """Limits from the descheduler's ConfigMap when it changed (a configuration that does
+        not load keeps the limits in force: the descheduler loop reports the error)."""
+        found = snapshot.get(
+            _CONFIG_MAP_KIND, k.DESCHEDULER_CONFIG_NAME, k.DESCHEDULER_CONFIG_NAMESPACE
+        )
+        if not isinstance(found, ConfigMap):
+            self._config_source = None
+            self.limits = Limits()
+            return
+        text = found.data.get(k.DESCHEDULER_CONFIG_KEY)
+        source = (found.metadata.uid, text)
+        if source == self._config_source:
+            return
+        self._config_source = source
+        try:
+            configuration = load_configuration(text or "")
+            args = next(
+                (
+                    p.args[MIGRATION_CONTROLLER]
+                    for p in configuration.profiles
+                    if MIGRATION_CONTROLLER in p.args
+                ),
+                None,
+            )
+            self.limits = Limits.of(args) if args is not None else Limits()
+        except (DeschedulerConfigError, ValueError) as err:
+            log.debug("migration: keeping the limits in force: %s", err)
+
+    def _events(self, ctx: LoopContext) -> EventRecorder:
+        if self._recorder is None or self._store is not ctx.store:
+            self._store = ctx.store
+            self._recorder = EventRecorder(ctx.store, component=COMPONENT, clock=ctx.now)
+        return self._recorder
+
+    def reconcile(self, ctx: LoopContext) -> float | None:
+        store = ctx.store
+        registry = store.registry
+        snapshot = store.snapshot()
+        jobs = [
+            j
+            for j in snapshot.objects(registry.for_type(PodMigrationJob))
+            if isinstance(j, PodMigrationJob)
+        ]
+        if not jobs:
+            return None
+        now = ctx.now()
+        if self._fixed is None:
+            self._configure(snapshot)
+        limits = self.limits
+        wakes: list[datetime] = []
+        steps: list[Step] = []
+        kept: list[PodMigrationJob] = []
+        for job in jobs:
+            at = _scavenge_at(job, limits, now)
+            if now >= at:
+                self._scavenge(ctx, job)
+                continue
+            wakes.append(at)
+            if job.status.phase in FINAL_PHASES or job.spec.paused:
+                kept.append(job)
+                continue
+            due = _timeout(job, limits, now)
+            if due is not None and now >= due:
+                ttl = Duration.from_seconds(_ttl(job, limits).total_seconds())
+                aborted = _ended(job, ABORTED, REASON_TIMEOUT, f"not done within its TTL of {ttl}")
+                steps.append(Step(job=aborted, delete_reservation=_created_reservation(job)))
+                continue
+            if due is not None:
+                wakes.append(due)
+            kept.append(job)
+        if any(j.status.phase not in FINAL_PHASES and not j.spec.paused for j in kept):
+            world = self._world(snapshot, registry)
+            arbitration = arbitrate(kept, world, limits, now)
+            steps.extend(Step(job=j) for j in arbitration.missing)
+            running = [j for j in kept if j.status.phase == RUNNING and not j.spec.paused]
+            steps.extend(advance(j, world, limits, now) for j in (*running, *arbitration.admitted))
+            for name, limit in arbitration.waiting.items():
+                log.debug("PodMigrationJob %s waits: %s reached", name, limit)
+        if not self._apply(ctx, steps):
+            wakes.append(now + timedelta(seconds=RETRY_SECONDS))
+        if not wakes:
+            return None
+        return max(0.0, (min(wakes) - now).total_seconds())
+
+    def _world(self, snapshot: Snapshot, registry: Registry) -> World:
+        """The pods and reservations of ``snapshot``; the pod index is rebuilt only when the
+        pods changed since the last pass."""
+        view = snapshot.objects(registry.for_type(Pod))
+        if view is not self._pod_view or self._pod_index is None:
+            self._pod_view = view
+            self._pod_index = World.of((p for p in view if isinstance(p, Pod)), ())
+        reservations = {
+            r.metadata.name: r
+            for r in snapshot.objects(registry.for_type(Reservation))
+            if isinstance(r, Reservation)
+        }
+        return dataclasses.replace(self._pod_index, reservations=reservations)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _scavenge(self, ctx: LoopContext, job: PodMigrationJob) -> None:
+        store = ctx.store
+        reservation = _created_reservation(job)
+        kind = store.registry.for_type(PodMigrationJob)
+        try:
+            if reservation:
+                self._delete_reservation(store, reservation)
+            store.delete(kind, job.metadata.name)
+        except NotFound:
+            pass
+        except StoreError as err:
+            log.warning("cannot delete PodMigrationJob %s: %s", job.metadata.name, err)
+        else:
+            log.info("PodMigrationJob %s scavenged", job.metadata.name)
+
+    @staticmethod
+    def _delete_reservation(store: Store, name: str) -> None:
+        with contextlib.suppress(NotFound):
+            store.delete(store.registry.for_type(Reservation), name)
+
+    def _apply(self, ctx: LoopContext, steps: Sequence[Step]) -> bool:
+        """Write every step; False when one of them failed (it is tried again)."""
+        store = ctx.store
+        ok = True
+        for step in steps:
+            job = step.job
+            try:
+                if step.create is not None and job is not None:
+                    try:
+                        made = store.create(step.create)
+                    except AlreadyExists:
+                        pass  # made by an earlier pass whose write of the job failed
+                    except StoreError as err:
+                        job = _ended(job, FAILED, REASON_FAILED_CREATE_RESERVATION, str(err))
+                    else:
+                        job = _reservation_ref(job, made)
+                if step.evict is not None:
+                    try:
+                        self._evict(ctx, step.evict)
+                    except StoreError as err:
+                        # Still Running, without the Eviction condition: tried again.
+                        log.warning("PodMigrationJob %s: eviction failed: %s", _job_name(step), err)
+                        job = _status(step.evict.job, reason=REASON_FAILED_EVICT, message=str(err))
+                        ok = False
+                if step.delete_reservation:
+                    self._delete_reservation(store, step.delete_reservation)
+                if job is not None:
+                    store.update(job)
+                    self._announce(ctx, job)
+            except StoreError as err:
+                log.warning("PodMigrationJob %s: write failed: %s", _job_name(step), err)
+                ok = False
+        return ok
+
+    def _evict(self, ctx: LoopContext, eviction: Eviction) -> None:
+        pod, job = eviction.pod, eviction.job
+        annotations = job.metadata.annotations
+        reason = annotations.get(k.ANNOTATION_EVICT_REASON, "")
+        trigger = annotations.get(k.ANNOTATION_EVICT_TRIGGER, "")
+        by = f"PodMigrationJob {job.metadata.name}"
+        if trigger:
+            by = f"{by} ({trigger})"
+        message = f"evicted by {by}: {reason}" if reason else f"evicted by {by}"
+        store = ctx.store
+        kind = store.registry.for_type(Pod)
+        try:
+            current = store.get(kind, pod.metadata.name, pod.metadata.namespace)
+        except NotFound:
+            return
+        if current.metadata.uid != pod.metadata.uid:
+            return  # already replaced by a pod of the same name
+        self._events(ctx).record(pod, type=WARNING, reason=EVENT_EVICTED, message=message)
+        try:
+            store.delete(kind, pod.metadata.name, pod.metadata.namespace)
+        except NotFound:
+            return
+        log.info(
+            "evicted pod %s/%s for PodMigrationJob %s",
+            pod.metadata.namespace,
+            pod.metadata.name,
+            job.metadata.name,
+        )
+
+    def _announce(self, ctx: LoopContext, job: PodMigrationJob) -> None:
+        phase = job.status.phase
+        if phase in (FAILED, ABORTED):
+            reason = job.status.reason or phase
+            self._events(ctx).record(job, type=WARNING, reason=reason, message=job.status.message)
+            log.info("PodMigrationJob %s %s: %s", job.metadata.name, phase, job.status.message)
+        elif phase == SUCCEEDED:
+            log.info("PodMigrationJob %s succeeded: %s", job.metadata.name, job.status.message)

@@ -1,0 +1,87 @@
+"""Node fit: could a pod run on a node (the descheduler's ``nodeFit``, controller-spec §6.2).
+
+The upstream check, restated: the node is schedulable; the pod's ``nodeSelector`` and required
+node affinity match the node; every ``NoSchedule``/``NoExecute`` taint of the node is tolerated;
+and the node's allocatable holds the requests of the pods already on it, plus ``promised``
+(what earlier decisions of the same cycle placed there), plus the pod's own request, for every
+resource the pod requests (``pods`` counts one per pod).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from apis.core import Node, Pod, pod_requests
+from controller.scheduler.plugins.nodeaffinity import selector_matches
+from controller.scheduler.plugins.tainttoleration import tolerated
+
+__all__ = ["PODS", "fits", "requested", "why_not"]
+
+PODS = "pods"
+_HARD_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def requested(pods: Sequence[Pod]) -> dict[str, int]:
+    """The requests of ``pods`` summed (with ``pods`` = their number)."""
+    total: dict[str, int] = {PODS: len(pods)}
+    for pod in pods:
+        for name, amount in pod_requests(pod).items():
+            total[name] = total.get(name, 0) + amount
+    return total
+
+
+def why_not(
+    pod: Pod,
+    node: Node,
+    pods_on_node: Sequence[Pod] = (),
+    *,
+    promised: Mapping[str, int] | None = None,
+    used: Mapping[str, int] | None = None,
+) -> str:
+    """Why ``pod`` does not fit on ``node`` ("" when it fits). ``used`` replaces the sum of
+    ``pods_on_node``'s requests when the caller keeps it already."""
+    if node.spec.unschedulable:
+        return "node is unschedulable"
+    labels = node.metadata.labels
+    for key, value in pod.spec.node_selector.items():
+        if labels.get(key) != value:
+            return f"node does not match the pod's nodeSelector {key}={value}"
+    affinity = pod.spec.affinity
+    required = (
+        affinity.node_affinity.required_during_scheduling_ignored_during_execution
+        if affinity is not None and affinity.node_affinity is not None
+        else None
+    )
+    if required is not None and not selector_matches(required, labels, node.metadata.name):
+        return "node does not match the pod's required node affinity"
+    for taint in node.spec.taints:
+        if taint.effect in _HARD_EFFECTS and not tolerated(pod.spec.tolerations, taint):
+            return f"node has an untolerated taint {taint.key}={taint.value}:{taint.effect}"
+    base = dict(used) if used is not None else requested(pods_on_node)
+    for name, amount in (promised or {}).items():
+        base[name] = base.get(name, 0) + amount
+    need = {**pod_requests(pod), PODS: 1}
+    allocatable = node.allocatable
+    for name, amount in need.items():
+        if amount <= 0:
+            continue
+        cap = allocatable.get(name)
+        if cap is None:
+            if name == PODS:
+                continue
+            return f"node has no {name}"
+        if base.get(name, 0) + amount > cap:
+            return f"node has not enough {name}"
+    return ""
+
+
+def fits(
+    pod: Pod,
+    node: Node,
+    pods_on_node: Sequence[Pod] = (),
+    *,
+    promised: Mapping[str, int] | None = None,
+    used: Mapping[str, int] | None = None,
+) -> bool:
+    """Whether ``pod`` fits on ``node`` (see :func:`why_not`)."""
+    return not why_not(pod, node, pods_on_node, promised=promised, used=used)

@@ -1,0 +1,413 @@
+"""``LowNodeLoad``: move pods off nodes whose measured usage is high onto nodes whose usage is
+low (controller-spec §6.4).
+
+Each call runs the pools of :func:`~controller.descheduler.plugins.lownodeload.args.node_pools`
+in order. For one pool:
+
+1. Nodes: the view's nodes matching the pool's selector (a pool with a selector skips nodes that
+   were high or prodHigh in an earlier pool of the same call); a node whose NodeMetric is
+   missing or expired is left out (:mod:`~controller.descheduler.plugins.lownodeload.usage`).
+2. Levels and classes (:mod:`~controller.descheduler.plugins.lownodeload.thresholds`), then the
+   anomaly marks (:mod:`~controller.descheduler.plugins.lownodeload.anomaly`): only high nodes
+   in ``Anomaly`` are sources (prodHigh nodes likewise, with their own detectors).
+3. Nothing happens when there is no source, no underutilized node (low, prodLow or bothLow),
+   or no more than ``numberOfNodes`` of them.
+4. Non-prod pass: targets = low | bothLow; budget per resource = Σ over targets of
+   (high level - usage). Sources by weighted usage score, highest first. A source's candidates
+   are its pods with a reported usage that pass the evictor's filter, the namespaces and the
+   pod selectors and, with ``nodeFit``, fit some target: node fit (requests, selectors,
+   affinity, taints) **and** target usage + pod usage ≤ target high level for every resource.
+   They are taken in :mod:`~controller.descheduler.podsort` order, then by usage of the
+   resources over threshold on the source (weighted, most first), then newest first. Pods are
+   evicted while the source is still over its high level and every budget is above 0. Each
+   eviction books the pod's usage and requests on the first target that fits it (targets by
+   usage score, lowest first) and takes its usage off the source and the budget; a pod no
+   target can take any more is skipped.
+5. Prod pass, the same with prodHigh sources, their koord-prod pods, prodLow | bothLow targets,
+   the prod levels and prod usage. A target's room is the smaller of its prod room and its
+   node-level room (for a bothLow target: what the non-prod pass left of it), so it stays
+   within both its levels; the budget sums these rooms.
+6. A source brought below its high level is reset to ``OK``; every other source gets one
+   normal mark.
+
+A pod already asked for in this cycle (by any plugin) is never a candidate. ``dryRun`` is
+honoured by the evictor the descheduler hands the plugin (proposals are recorded, nothing is
+evicted); the plugin decides the same either way. Eviction reasons read
+``node is overutilized, node cpu usage(82.00%)>threshold(75.00%)`` (``prod cpu ...`` in the
+prod pass).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+from apis.core import Pod, pod_requests
+from apis.labels import Selector
+from apis.qos import PriorityClass, priority_class
+from controller.descheduler import nodefit
+from controller.descheduler.framework import CycleView, Evictor, Status
+from controller.descheduler.plugins.lownodeload.anomaly import DetectorCache, State
+from controller.descheduler.plugins.lownodeload.args import LowNodeLoadArgs, Pool, node_pools
+from controller.descheduler.plugins.lownodeload.thresholds import (
+    Classes,
+    Levels,
+    classify,
+    is_over,
+    node_levels,
+    over_text,
+    room,
+)
+from controller.descheduler.plugins.lownodeload.usage import (
+    NodeUsage,
+    node_usage,
+    pod_key,
+    usage_score,
+)
+from controller.descheduler.podsort import sort_key
+
+__all__ = ["NAME", "LowNodeLoad"]
+
+log = logging.getLogger(__name__)
+
+NAME: Final = "LowNodeLoad"
+
+
+@dataclass(slots=True)
+class _Cycle:
+    """What one pool's passes share (runtime only)."""
+
+    view: CycleView
+    evictor: Evictor
+    pool: Pool
+    resources: tuple[str, ...]
+    by_name: dict[str, NodeUsage]
+    levels: Mapping[str, Levels]
+    prod_levels: Mapping[str, Levels] | None
+    #: Pods asked for in this cycle (``namespace/name``).
+    taken: set[str]
+    #: Node name -> usage / prod usage now (sources lose, targets gain, with each eviction).
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    prod_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Target name -> requests of its pods plus those booked on it (for node fit).
+    requested: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def requests_on(self, name: str) -> dict[str, int]:
+        used = self.requested.get(name)
+        if used is None:
+            used = self.requested[name] = nodefit.requested(self.view.pods_on(name))
+        return used
+
+
+def _is_prod(pod: Pod) -> bool:
+    return priority_class(pod) is PriorityClass.PROD
+
+
+def _created(pod: Pod) -> float:
+    stamp = pod.metadata.creation_timestamp
+    return stamp.timestamp() if stamp is not None else 0.0
+
+
+class LowNodeLoad:
+    """See the module docstring. Keeps the anomaly detectors across calls."""
+
+    name = NAME
+
+    def __init__(self, args: LowNodeLoadArgs) -> None:
+        self.args = args
+        self.pools = node_pools(args)
+        self._pod_selectors: tuple[Selector, ...] = args.pod_selector_list
+        self.node_detectors = DetectorCache(args.detector_ttl)
+        self.prod_detectors = DetectorCache(args.detector_ttl)
+
+    # -- the call --------------------------------------------------------------------------
+
+    def balance(self, view: CycleView, evictor: Evictor) -> Status:
+        if self.args.paused:
+            return Status()
+        now = view.now
+        self.node_detectors.sweep(now)
+        self.prod_detectors.sweep(now)
+        taken = {pod_key(intent.pod) for intent in evictor.intents}
+        done: set[str] = set()
+        for pool in self.pools:
+            self._run_pool(pool, view, evictor, done, taken)
+        return Status()
+
+    def _pool_usages(self, pool: Pool, view: CycleView, done: set[str]) -> list[NodeUsage]:
+        selector = pool.node_selector
+        resources = pool.resources
+        usages: list[NodeUsage] = []
+        for node in view.nodes:
+            name = node.metadata.name
+            if selector is not None and (name in done or not selector.matches(node.labels)):
+                continue
+            usage = node_usage(
+                node,
+                view.metrics.get(name),
+                view.pods_on(name),
+                resources,
+                now=view.now,
+                expiration_seconds=self.args.node_metric_expiration_seconds,
+                with_prod=pool.has_prod_thresholds,
+            )
+            if usage is not None:
+                usages.append(usage)
+        return usages
+
+    def _mark(
+        self, pool: Pool, usages: Sequence[NodeUsage], classes: Classes, now: datetime
+    ) -> tuple[list[str], list[str]]:
+        """One mark per node and detector; the (node-level, prod) sources in Anomaly."""
+        rule = pool.anomaly
+        high = set(classes.high)
+        under = set(classes.under)
+        prod_high = set(classes.prod_high)
+        prod_low = {*classes.prod_low, *classes.both_low}
+        sources: list[str] = []
+        prod_sources: list[str] = []
+        for u in usages:
+            key = (pool.name, u.name)
+            if u.name in high:
+                if self.node_detectors.mark(key, rule, normal=False, now=now) is State.ANOMALY:
+                    sources.append(u.name)
+            elif u.name in under:
+                self.node_detectors.reset(key, now)
+            else:
+                self.node_detectors.mark(key, rule, normal=True, now=now)
+            if u.name in prod_high:
+                if self.prod_detectors.mark(key, rule, normal=False, now=now) is State.ANOMALY:
+                    prod_sources.append(u.name)
+            elif u.name in prod_low:
+                self.prod_detectors.reset(key, now)
+            else:
+                self.prod_detectors.mark(key, rule, normal=True, now=now)
+        return sources, prod_sources
+
+    def _run_pool(
+        self,
+        pool: Pool,
+        view: CycleView,
+        evictor: Evictor,
+        done: set[str],
+        taken: set[str],
+    ) -> None:
+        usages = self._pool_usages(pool, view, done)
+        if not usages:
+            return
+        resources = pool.resources
+        deviation = pool.use_deviation_thresholds
+        levels = node_levels(usages, pool.low, pool.high, resources, deviation=deviation)
+        prod_levels = (
+            node_levels(
+                usages, pool.prod_low, pool.prod_high, resources, deviation=deviation, prod=True
+            )
+            if pool.has_prod_thresholds
+            else None
+        )
+        classes = classify(usages, levels, prod_levels)
+        done.update(classes.high)
+        done.update(classes.prod_high)
+        sources, prod_sources = self._mark(pool, usages, classes, view.now)
+        log.debug(
+            "LowNodeLoad pool %s: low %s, high %s, prodLow %s, prodHigh %s, bothLow %s; "
+            "sources %s, prod sources %s",
+            pool.name,
+            classes.low,
+            classes.high,
+            classes.prod_low,
+            classes.prod_high,
+            classes.both_low,
+            sources,
+            prod_sources,
+        )
+        if not sources and not prod_sources:
+            return
+        underused = len(classes.low) + len(classes.prod_low) + len(classes.both_low)
+        if underused == 0 or underused <= self.args.number_of_nodes:
+            return
+        cycle = _Cycle(
+            view=view,
+            evictor=evictor,
+            pool=pool,
+            resources=resources,
+            by_name={u.name: u for u in usages},
+            levels=levels,
+            prod_levels=prod_levels,
+            taken=taken,
+            usage={u.name: dict(u.usage) for u in usages},
+            prod_usage={u.name: dict(u.prod_usage) for u in usages},
+        )
+        if sources:
+            self._pass(cycle, sources, (*classes.low, *classes.both_low), prod=False)
+        if prod_sources and prod_levels is not None:
+            self._pass(cycle, prod_sources, (*classes.prod_low, *classes.both_low), prod=True)
+
+    # -- eviction passes -------------------------------------------------------------------
+
+    def _budget(self, cycle: _Cycle, targets: Sequence[str], *, prod: bool) -> dict[str, float]:
+        budget = dict.fromkeys(cycle.resources, 0.0)
+        for name in targets:
+            space = self._room(cycle, name, prod=prod)
+            for resource in cycle.resources:
+                budget[resource] += space[resource]
+        return budget
+
+    def _room(self, cycle: _Cycle, name: str, *, prod: bool) -> dict[str, float]:
+        """What ``name`` can still take before it reaches its high level(s)."""
+        space = room(cycle.levels[name].high, cycle.usage[name])
+        if prod and cycle.prod_levels is not None:
+            prod_space = room(cycle.prod_levels[name].high, cycle.prod_usage[name])
+            for r in cycle.resources:
+                space[r] = min(space[r], prod_space[r])
+        return space
+
+    def _target_for(
+        self,
+        cycle: _Cycle,
+        pod: Pod,
+        amounts: Mapping[str, int],
+        targets: Sequence[str],
+        *,
+        prod: bool,
+    ) -> str | None:
+        """The first target that fits ``pod`` (requests and usage), if any."""
+        for name in targets:
+            space = self._room(cycle, name, prod=prod)
+            if any(amounts.get(r, 0) > space[r] for r in cycle.resources):
+                continue
+            node = cycle.by_name[name].node
+            if nodefit.fits(pod, node, used=cycle.requests_on(name)):
+                return name
+        return None
+
+    def _selected(self, pod: Pod) -> bool:
+        namespaces = self.args.evictable_namespaces
+        if namespaces is not None and not namespaces.allows(pod.metadata.namespace):
+            return False
+        selectors = self._pod_selectors
+        return not selectors or any(s.matches(pod.labels) for s in selectors)
+
+    def _pass(
+        self, cycle: _Cycle, sources: Sequence[str], targets: Sequence[str], *, prod: bool
+    ) -> None:
+        pool = cycle.pool
+        weights = pool.resource_weights
+        resources = cycle.resources
+        current = cycle.prod_usage if prod else cycle.usage
+        all_levels = cycle.prod_levels if prod and cycle.prod_levels is not None else cycle.levels
+        by_name = cycle.by_name
+
+        def node_score(name: str) -> int:
+            return usage_score(current[name], by_name[name].capacity, weights, resources)
+
+        ordered_targets = sorted(targets, key=lambda n: (node_score(n), n))
+        budget = self._budget(cycle, ordered_targets, prod=prod)
+        detectors = self.prod_detectors if prod else self.node_detectors
+        for source in sorted(sources, key=lambda n: (-node_score(n), n)):
+            self._drain(cycle, by_name[source], ordered_targets, budget, all_levels, prod=prod)
+            key = (pool.name, source)
+            if not is_over(current[source], all_levels[source].high):
+                detectors.reset(key, cycle.view.now)
+            elif detectors.state(key, cycle.view.now) is State.ANOMALY:
+                detectors.mark(key, pool.anomaly, normal=True, now=cycle.view.now)
+
+    def _candidates(
+        self, cycle: _Cycle, source: NodeUsage, targets: Sequence[str], *, prod: bool
+    ) -> list[Pod]:
+        evictor = cycle.evictor
+        found: list[Pod] = []
+        for pod in source.pods:
+            key = pod_key(pod)
+            amounts = source.pod_usage.get(key)
+            if amounts is None or key in cycle.taken:
+                continue
+            if prod and not _is_prod(pod):
+                continue
+            if not self._selected(pod) or not evictor.filter(pod):
+                continue
+            if (
+                self.args.node_fit
+                and self._target_for(cycle, pod, amounts, targets, prod=prod) is None
+            ):
+                continue
+            found.append(pod)
+        return found
+
+    def _drain(
+        self,
+        cycle: _Cycle,
+        source: NodeUsage,
+        targets: Sequence[str],
+        budget: dict[str, float],
+        all_levels: Mapping[str, Levels],
+        *,
+        prod: bool,
+    ) -> None:
+        name = source.name
+        current = cycle.prod_usage if prod else cycle.usage
+        high = all_levels[name].high
+        candidates = self._candidates(cycle, source, targets, prod=prod)
+        if not candidates:
+            return
+        over = [r for r in cycle.resources if current[name].get(r, 0) > high[r]]
+        over_weights = {r: cycle.pool.resource_weights.get(r, 1) for r in over}
+
+        def order(pod: Pod) -> tuple[object, ...]:
+            amounts = source.pod_usage[pod_key(pod)]
+            score = usage_score(amounts, source.capacity, over_weights, over)
+            return (
+                sort_key(pod),
+                -score,
+                -_created(pod),
+                pod.metadata.namespace,
+                pod.metadata.name,
+            )
+
+        for pod in sorted(candidates, key=order):
+            if not is_over(current[name], high) or any(v <= 0 for v in budget.values()):
+                return
+            key = pod_key(pod)
+            amounts = source.pod_usage[key]
+            target = None
+            if self.args.node_fit:
+                target = self._target_for(cycle, pod, amounts, targets, prod=prod)
+                if target is None:
+                    continue
+            if not cycle.evictor.pre_eviction_filter(pod):
+                continue
+            reason = over_text(current[name], high, source.capacity, prod=prod)
+            if not cycle.evictor.evict(pod, plugin=NAME, reason=reason):
+                continue
+            log.info("LowNodeLoad: evicting %s from %s to %s: %s", key, name, target, reason)
+            cycle.taken.add(key)
+            self._move(cycle, pod, amounts, name, target, budget)
+
+    @staticmethod
+    def _move(
+        cycle: _Cycle,
+        pod: Pod,
+        amounts: Mapping[str, int],
+        source: str,
+        target: str | None,
+        budget: dict[str, float],
+    ) -> None:
+        """Book an evicted pod: off the source and the budget, onto the target."""
+        prod_pod = _is_prod(pod)
+        for r in cycle.resources:
+            amount = amounts.get(r, 0)
+            budget[r] -= amount
+            cycle.usage[source][r] = cycle.usage[source].get(r, 0) - amount
+            if prod_pod:
+                cycle.prod_usage[source][r] = cycle.prod_usage[source].get(r, 0) - amount
+            if target is not None:
+                cycle.usage[target][r] = cycle.usage[target].get(r, 0) + amount
+                if prod_pod:
+                    cycle.prod_usage[target][r] = cycle.prod_usage[target].get(r, 0) + amount
+        if target is not None:
+            requested = cycle.requests_on(target)
+            for resource, amount in {**pod_requests(pod), nodefit.PODS: 1}.items():
+                requested[resource] = requested.get(resource, 0) + amount

@@ -1,0 +1,859 @@
+"""The ``migration`` loop: PodMigrationJobs from arbitration to an end (controller-spec §6.2),
+and the workload bringing an evicted pod back into the reservation made for it."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apis import codec
+from apis import constants as k
+from apis.core import (
+    Affinity,
+    Container,
+    Event,
+    Job,
+    JobSpec,
+    Node,
+    NodeAffinity,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    Pod,
+    PodSpec,
+    PodTemplateSpec,
+    PyTorchJob,
+    PyTorchJobSpec,
+    ReplicaSpec,
+    ResourceRequirements,
+    RunPolicy,
+)
+from apis.duration import Duration
+from apis.meta import Condition, Object, ObjectMeta, ObjectReference
+from apis.queueing import QueueUnit
+from apis.resources import ResourceList
+from apis.scheduling import (
+    PodMigrationJob,
+    PodMigrationJobSpec,
+    PodMigrationJobStatus,
+    PodMigrationReservationOptions,
+    Reservation,
+)
+from controller.descheduler.evictor import MigrationControllerArgs
+from controller.descheduler.migration import (
+    ABORTED,
+    FAILED,
+    MODE_EVICT_DIRECTLY,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    Limits,
+    MigrationController,
+    World,
+    arbitrate,
+    reservation_for,
+    workload_limit,
+)
+from controller.loops import LOOPS, LoopContext
+from controller.simulate import simulate
+from controller.store import Store
+from tests.controller.descheduler.conftest import (
+    GI,
+    T0,
+    Clock,
+    make_node,
+    make_pod,
+    replicaset,
+)
+from tests.crdschema import schema_errors, validator
+
+replace = msgspec.structs.replace
+
+REASON = "node is overutilized, node cpu usage(82.00%)>threshold(75.00%)"
+PMJ_KEY = "scheduling.koordinator.sh/PodMigrationJob"
+RESERVATION_KEY = "scheduling.koordinator.sh/Reservation"
+
+
+def pmj(
+    name: str,
+    pod: Pod,
+    *,
+    mode: str = "",
+    created: datetime = T0,
+    phase: str = "",
+    ttl: str | None = None,
+    paused: bool = False,
+) -> PodMigrationJob:
+    """A PMJ for ``pod`` as the evictor writes it (reason and trigger annotations)."""
+    return PodMigrationJob(
+        metadata=ObjectMeta(
+            name=name,
+            uid=f"uid-{name}",
+            creation_timestamp=created,
+            annotations={
+                k.ANNOTATION_EVICT_REASON: REASON,
+                k.ANNOTATION_EVICT_TRIGGER: "LowNodeLoad",
+            },
+        ),
+        spec=PodMigrationJobSpec(
+            pod_ref=ObjectReference(namespace=pod.metadata.namespace, name=pod.metadata.name),
+            mode=mode,
+            ttl=None if ttl is None else Duration.parse(ttl),
+            paused=paused,
+        ),
+        status=PodMigrationJobStatus(phase=phase),
+    )
+
+
+def wire(obj: Object) -> object:
+    """``obj`` as the JSON an API server would receive."""
+    return json.loads(codec.encode_json(obj))
+
+
+def ready(pod: Pod, is_ready: bool = True) -> Pod:
+    condition = Condition(type="Ready", status="True" if is_ready else "False")
+    return replace(pod, status=replace(pod.status, conditions=(condition,)))
+
+
+def by_kind(objects: Sequence[Object], kind: type[Object]) -> list[Object]:
+    return [o for o in objects if isinstance(o, kind)]
+
+
+def the(objects: Sequence[Object], kind: type[Object]) -> Object:
+    [found] = by_kind(objects, kind)
+    return found
+
+
+# --- whole clusters through simulate() --------------------------------------------------------
+
+
+def job_of(kind: str) -> Object:
+    """A held job of one 2-core/4 GiB pod, of the kind the jobs loop runs."""
+    template = PodTemplateSpec(
+        metadata=ObjectMeta(labels={"app": "train"}),
+        spec=PodSpec(
+            scheduler_name="koord-scheduler",
+            restart_policy="Never",
+            containers=(
+                Container(
+                    name="main",
+                    resources=ResourceRequirements(
+                        requests=ResourceList({"cpu": 2000, "memory": 4 * GI})
+                    ),
+                ),
+            ),
+        ),
+    )
+    meta = ObjectMeta(name="train", namespace="team-a")
+    if kind == "Job":
+        return Job(
+            metadata=meta,
+            spec=JobSpec(suspend=True, parallelism=1, completions=1, template=template),
+        )
+    return PyTorchJob(
+        metadata=replace(meta, annotations={k.ANNOTATION_QUEUE_SUSPEND: "true"}),
+        spec=PyTorchJobSpec(
+            run_policy=RunPolicy(suspend=True),
+            pytorch_replica_specs={"Master": ReplicaSpec(replicas=1, template=template)},
+        ),
+    )
+
+
+class Migrate:
+    """Plays the descheduler: once a pod runs on node-a, optionally opens node-b and asks for
+    that pod to move with a PodMigrationJob (once)."""
+
+    name = "migrate"
+
+    def __init__(self, *, mode: str = "", open_node_b: bool = True) -> None:
+        self.mode = mode
+        self.open_node_b = open_node_b
+        self.moved: Pod | None = None
+
+    def reconcile(self, ctx: LoopContext) -> float | None:
+        if self.moved is not None:
+            return None
+        store = ctx.store
+        running = [
+            p
+            for p in store.list(store.registry.for_type(Pod))[0]
+            if isinstance(p, Pod) and p.status.phase == "Running" and p.spec.node_name == "node-a"
+        ]
+        if not running:
+            return None
+        if self.open_node_b:
+            node = store.get(store.registry.for_type(Node), "node-b")
+            assert isinstance(node, Node)
+            store.update(replace(node, spec=replace(node.spec, unschedulable=False)))
+        self.moved = running[0]
+        job = pmj("move-train", self.moved, mode=self.mode)
+        store.create(replace(job, metadata=replace(job.metadata, uid="", creation_timestamp=None)))
+        return None
+
+
+def run_cluster(
+    migrate: Migrate, *workload: Object, max_time: timedelta = timedelta(minutes=4)
+) -> list[Object]:
+    """node-a open, node-b cordoned until ``migrate`` opens it, ``workload`` on them, every
+    loop of the controller plus the migration loop, until nothing changes (or ``max_time``,
+    which stays below the PMJ scavenger's 10 minutes)."""
+    nodes = [
+        make_node("node-a", cpu=8000, memory=32 * GI),
+        make_node("node-b", cpu=8000, memory=32 * GI, unschedulable=True),
+    ]
+    result = simulate(
+        [*nodes, *workload],
+        loops={**LOOPS, "migrate": lambda: migrate, "migration": MigrationController},
+        max_time=max_time,
+    )
+    return list(result.objects)
+
+
+@pytest.mark.parametrize("kind", ["Job", "PyTorchJob"])
+def test_reservation_first_moves_a_job_pod_into_a_reservation_on_another_node(
+    kind: str, shared_dir: Path
+) -> None:
+    migrate = Migrate()
+    objects = run_cluster(migrate, job_of(kind))
+    old = migrate.moved
+    assert old is not None
+    assert old.spec.node_name == "node-a"
+
+    job = the(objects, PodMigrationJob)
+    assert isinstance(job, PodMigrationJob)
+    reservation = the(objects, Reservation)
+    assert isinstance(reservation, Reservation)
+    new = the(objects, Pod)
+    assert isinstance(new, Pod)
+
+    # The reservation: named after the job, placed away from node-a, for the job's owner.
+    assert reservation.metadata.name == job.metadata.uid
+    assert reservation.status.node_name == "node-b"
+    assert reservation.status.phase == "Succeeded"  # allocate-once, and allocated
+    [owner] = reservation.spec.owners
+    assert owner.controller is not None
+    assert (owner.controller.kind, owner.controller.name) == (kind, "train")
+    # The replacement: a new pod of the same replica, bound into the reservation, running.
+    assert new.metadata.uid != old.metadata.uid
+    assert new.metadata.name == old.metadata.name
+    assert new.metadata.owner_references == old.metadata.owner_references
+    assert new.metadata.labels == old.metadata.labels
+    assert (new.spec.node_name, new.status.phase) == ("node-b", "Running")
+    assert reservation.metadata.uid in new.metadata.annotations[k.ANNOTATION_RESERVATION_ALLOCATED]
+    # The job: Succeeded, pointing at the new pod and its node.
+    assert (job.status.phase, job.status.node_name) == (SUCCEEDED, "node-b")
+    assert job.status.pod_ref is not None
+    assert job.status.pod_ref.uid == new.metadata.uid
+    assert job.spec.pod_ref.uid == old.metadata.uid
+    assert {c.type: c.status for c in job.status.conditions} == {
+        "ReservationCreated": "True",
+        "ReservationScheduled": "True",
+        "Eviction": "True",
+        "PodBoundReservation": "True",
+        "BoundPodReady": "True",
+    }
+    [evicted] = [
+        e for e in by_kind(objects, Event) if isinstance(e, Event) and e.reason == "Evicted"
+    ]
+    assert evicted.type == "Warning"
+    assert evicted.involved_object.uid == old.metadata.uid
+    assert "move-train" in evicted.message
+    assert REASON in evicted.message
+    # The workload neither lost a replica nor counted one as finished.
+    unit = the(objects, QueueUnit)
+    assert isinstance(unit, QueueUnit)
+    assert unit.status.phase == "Running"
+    assert [(a.replicas, a.running) for a in unit.status.admissions] == [(1, 1)]
+    owner_job = the(objects, type(job_of(kind)))
+    if isinstance(owner_job, Job):
+        assert (owner_job.status.succeeded, owner_job.status.failed) == (0, 0)
+    elif isinstance(owner_job, PyTorchJob):
+        assert all(
+            s.failed == 0 and s.succeeded == 0 for s in owner_job.status.replica_statuses.values()
+        )
+    # What we wrote is what Koordinator's CRDs accept.
+    assert schema_errors(validator(shared_dir, PMJ_KEY), wire(job)) == []
+    assert schema_errors(validator(shared_dir, RESERVATION_KEY), wire(reservation)) == []
+
+
+def test_an_unschedulable_reservation_fails_the_job_and_leaves_the_pod_alone() -> None:
+    migrate = Migrate(open_node_b=False)  # node-b stays cordoned: nowhere else to go
+    objects = run_cluster(migrate, job_of("Job"))
+    old = migrate.moved
+    assert old is not None
+
+    job = the(objects, PodMigrationJob)
+    assert isinstance(job, PodMigrationJob)
+    assert (job.status.phase, job.status.reason) == (FAILED, "Unschedulable")
+    assert job.status.message  # the scheduler's words
+    assert by_kind(objects, Reservation) == []  # deleted with the failure
+    pod = the(objects, Pod)
+    assert isinstance(pod, Pod)
+    assert (pod.metadata.uid, pod.spec.node_name, pod.status.phase) == (
+        old.metadata.uid,
+        "node-a",
+        "Running",
+    )
+    reasons = {e.reason for e in by_kind(objects, Event) if isinstance(e, Event)}
+    assert "Evicted" not in reasons
+    assert "Unschedulable" in reasons  # announced on the job
+
+
+def test_evict_directly_evicts_and_the_job_brings_the_pod_back() -> None:
+    migrate = Migrate(mode=MODE_EVICT_DIRECTLY)
+    objects = run_cluster(migrate, job_of("Job"))
+    old = migrate.moved
+    assert old is not None
+
+    job = the(objects, PodMigrationJob)
+    assert isinstance(job, PodMigrationJob)
+    assert job.status.phase == SUCCEEDED
+    assert by_kind(objects, Reservation) == []
+    new = the(objects, Pod)
+    assert isinstance(new, Pod)
+    assert new.metadata.uid != old.metadata.uid
+    assert new.status.phase == "Running"
+    assert [e.reason for e in by_kind(objects, Event) if isinstance(e, Event)].count("Evicted") == 1
+
+
+# --- the loop on a store, step by step --------------------------------------------------------
+
+
+def step(store: Store, clock: Clock, loop: MigrationController) -> float | None:
+    return loop.reconcile(LoopContext(store=store, now=clock))
+
+
+def get_job(store: Store, name: str = "move") -> PodMigrationJob:
+    job = store.get(store.registry.for_type(PodMigrationJob), name)
+    assert isinstance(job, PodMigrationJob)
+    return job
+
+
+def reservations(store: Store) -> list[Reservation]:
+    return [
+        r for r in store.list(store.registry.for_type(Reservation))[0] if isinstance(r, Reservation)
+    ]
+
+
+def test_a_job_past_its_ttl_is_aborted_then_scavenged(store: Store, clock: Clock) -> None:
+    pod = store.create(ready(make_pod("web-0", node="node-a", cpu=1000)))
+    store.apply_many([make_node("node-a"), make_node("node-b")])
+    store.create(pmj("move", pod))
+    loop = MigrationController()
+
+    # Running, with its reservation asked for; no scheduler runs, so it waits.
+    assert step(store, clock, loop) == 300.0  # the default TTL of 5 minutes
+    job = get_job(store)
+    assert job.status.phase == RUNNING
+    [reservation] = reservations(store)
+    assert reservation.metadata.name == job.metadata.uid
+    assert job.spec.reservation_options is not None
+    assert job.spec.reservation_options.reservation_ref is not None
+    assert job.spec.reservation_options.reservation_ref.name == reservation.metadata.name
+
+    clock.now += timedelta(minutes=5)
+    assert step(store, clock, loop) == 300.0  # until the scavenger, TTL + 5 minutes
+    job = get_job(store)
+    assert (job.status.phase, job.status.reason) == (ABORTED, "Timeout")
+    assert reservations(store) == []
+    assert store.get(store.registry.for_type(Pod), "web-0").metadata.uid == pod.metadata.uid
+
+    clock.now += timedelta(minutes=5)
+    assert step(store, clock, loop) is None
+    assert store.list(store.registry.for_type(PodMigrationJob))[0] == []
+
+
+def test_a_paused_job_holds(store: Store, clock: Clock) -> None:
+    pod = ready(make_pod("web-0", node="node-a"))
+    store.apply_many([make_node("node-a"), pod])
+    store.create(pmj("move", pod, paused=True))
+    loop = MigrationController()
+    step(store, clock, loop)
+    clock.now += timedelta(minutes=6)
+    step(store, clock, loop)
+    assert get_job(store).status.phase in ("", PENDING)
+    assert reservations(store) == []
+
+
+def test_a_job_for_a_missing_pod_fails(store: Store, clock: Clock) -> None:
+    store.create(pmj("move", make_pod("gone")))
+    step(store, clock, MigrationController())
+    job = get_job(store)
+    assert (job.status.phase, job.status.reason) == (FAILED, "MissingPod")
+    assert job.status.message == 'Pod "default/gone" not found'
+
+
+def test_the_reservation_is_scheduled_then_the_pod_evicted_and_the_replacement_awaited(
+    store: Store, clock: Clock
+) -> None:
+    pod = ready(make_pod("web-0", node="node-a", cpu=1000))
+    store.apply_many([make_node("node-a"), make_node("node-b"), pod])
+    store.create(pmj("move", pod))
+    loop = MigrationController()
+    step(store, clock, loop)
+    [reservation] = reservations(store)
+    # The scheduler places it on node-b.
+    available = replace(
+        reservation,
+        status=replace(reservation.status, phase="Available", node_name="node-b"),
+    )
+    store.update(available)
+    step(store, clock, loop)
+    job = get_job(store)
+    assert job.status.phase == RUNNING
+    assert (job.status.reason, job.status.node_name) == ("WaitForPodBindReservation", "node-b")
+    assert not store.exists(store.registry.for_type(Pod), "web-0")
+    # The replacement binds into it but is not Ready yet, then is.
+    allocated = f'{{"name":"{reservation.metadata.name}","uid":"{reservation.metadata.uid}"}}'
+    new = ready(
+        make_pod(
+            "web-1",
+            node="node-b",
+            cpu=1000,
+            annotations={k.ANNOTATION_RESERVATION_ALLOCATED: allocated},
+        ),
+        is_ready=False,
+    )
+    store.create(new)
+    step(store, clock, loop)
+    assert get_job(store).status.reason == "WaitForBoundPodReady"
+    store.update(ready(store.get(store.registry.for_type(Pod), "web-1")))  # type: ignore[arg-type]
+    step(store, clock, loop)
+    job = get_job(store)
+    assert job.status.phase == SUCCEEDED
+    assert job.status.pod_ref is not None
+    assert job.status.pod_ref.name == "web-1"
+
+
+@pytest.mark.parametrize(
+    ("reservation_status", "reason"),
+    [
+        pytest.param(
+            {
+                "phase": "Pending",
+                "conditions": (
+                    Condition(
+                        type="Scheduled",
+                        status="False",
+                        reason="Unschedulable",
+                        message="0/2 nodes are available",
+                    ),
+                ),
+            },
+            "Unschedulable",
+            id="unschedulable",
+        ),
+        pytest.param(
+            {
+                "phase": "Failed",
+                "conditions": (
+                    Condition(type="Ready", status="False", reason="Expired", message="expired"),
+                ),
+            },
+            "ReservationExpired",
+            id="expired",
+        ),
+    ],
+)
+def test_a_reservation_that_cannot_be_used_fails_the_job_and_is_deleted(
+    store: Store, clock: Clock, reservation_status: dict[str, object], reason: str
+) -> None:
+    pod = ready(make_pod("web-0", node="node-a"))
+    store.apply_many([make_node("node-a"), pod])
+    store.create(pmj("move", pod))
+    loop = MigrationController()
+    step(store, clock, loop)
+    [reservation] = reservations(store)
+    store.update(replace(reservation, status=replace(reservation.status, **reservation_status)))
+    step(store, clock, loop)
+    job = get_job(store)
+    assert (job.status.phase, job.status.reason) == (FAILED, reason)
+    assert reservations(store) == []
+    assert store.exists(store.registry.for_type(Pod), "web-0")
+
+
+@pytest.mark.parametrize(
+    ("existing", "phase", "reason"),
+    [
+        pytest.param(True, RUNNING, "WaitForPodBindReservation", id="given-and-available"),
+        pytest.param(False, FAILED, "MissingReservation", id="given-but-missing"),
+    ],
+)
+def test_a_reservation_named_in_the_job_is_used_instead_of_a_new_one(
+    store: Store, clock: Clock, existing: bool, phase: str, reason: str
+) -> None:
+    pod = store.create(ready(make_pod("web-0", node="node-a")))
+    store.apply_many([make_node("node-a"), make_node("node-b")])
+    if existing:
+        made = reservation_for(pmj("other", pod), pod, timedelta(minutes=5), T0)
+        made = replace(made, metadata=replace(made.metadata, name="mine"))
+        made = store.create(made)
+        store.update(
+            replace(made, status=replace(made.status, phase="Available", node_name="node-b"))
+        )
+    job = pmj("move", pod)
+    options = PodMigrationReservationOptions(reservation_ref=ObjectReference(name="mine"))
+    store.create(replace(job, spec=replace(job.spec, reservation_options=options)))
+    step(store, clock, MigrationController())
+    job = get_job(store)
+    assert (job.status.phase, job.status.reason) == (phase, reason)
+    assert [r.metadata.name for r in reservations(store)] == (["mine"] if existing else [])
+    assert store.exists(store.registry.for_type(Pod), "web-0") is not existing
+
+
+def test_max_migrating_per_node_holds_the_third_job_until_one_ends(
+    store: Store, clock: Clock
+) -> None:
+    pods = [ready(make_pod(f"p{i}", node="node-a", owner=replicaset(f"rs{i}"))) for i in range(3)]
+    store.apply_many([make_node("node-a"), *pods])
+    for i, pod in enumerate(pods):
+        store.create(pmj(f"m{i}", pod, created=T0 + timedelta(seconds=i)))
+    loop = MigrationController()
+    step(store, clock, loop)
+    assert [get_job(store, f"m{i}").status.phase for i in range(3)] == [RUNNING, RUNNING, ""]
+    # The first one's reservation cannot be placed: it fails, and the third may go.
+    first = next(
+        r for r in reservations(store) if r.metadata.name == get_job(store, "m0").metadata.uid
+    )
+    store.update(
+        replace(
+            first,
+            status=replace(
+                first.status,
+                conditions=(Condition(type="Scheduled", status="False", reason="Unschedulable"),),
+            ),
+        )
+    )
+    step(store, clock, loop)
+    step(store, clock, loop)
+    assert [get_job(store, f"m{i}").status.phase for i in range(3)] == [FAILED, RUNNING, RUNNING]
+
+
+# --- pure pieces ----------------------------------------------------------------------------------
+
+
+def _pods_on(node: str, count: int, owner: str = "", ready_: bool = True) -> list[Pod]:
+    return [
+        ready(
+            make_pod(
+                f"{owner or node}-{i}",
+                node=node,
+                owner=replicaset(owner) if owner else replicaset(f"{node}-rs{i}"),
+            ),
+            ready_,
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("pods", "jobs", "limits", "admitted", "waiting"),
+    [
+        pytest.param(
+            _pods_on("a", 3),
+            [("a-0", ""), ("a-1", ""), ("a-2", "")],
+            Limits(),
+            ["a-0", "a-1"],
+            {"a-2": "maxMigratingPerNode"},
+            id="per-node-default-2",
+        ),
+        pytest.param(
+            _pods_on("a", 3),
+            [("a-0", RUNNING), ("a-1", ""), ("a-2", "")],
+            Limits(),
+            ["a-1"],
+            {"a-2": "maxMigratingPerNode"},
+            id="running-jobs-count",
+        ),
+        pytest.param(
+            _pods_on("a", 3),
+            [("a-0", ""), ("a-1", ""), ("a-2", "")],
+            Limits(max_migrating_per_node=0),
+            ["a-0", "a-1", "a-2"],
+            {},
+            id="per-node-0-is-no-limit",
+        ),
+        pytest.param(
+            _pods_on("a", 2) + _pods_on("b", 2),
+            [("a-0", ""), ("b-0", ""), ("a-1", ""), ("b-1", "")],
+            Limits(max_migrating_globally=3),
+            ["a-0", "b-0", "a-1"],
+            {"b-1": "maxMigratingGlobally"},
+            id="globally",
+        ),
+        pytest.param(
+            _pods_on("a", 2) + _pods_on("b", 2),
+            [("a-0", ""), ("b-0", "")],
+            Limits(max_migrating_per_namespace=1),
+            ["a-0"],
+            {"b-0": "maxMigratingPerNamespace"},
+            id="per-namespace",
+        ),
+        pytest.param(
+            _pods_on("a", 4, owner="web"),
+            [("web-0", ""), ("web-1", ""), ("web-2", "")],
+            Limits(max_migrating_per_node=None),
+            ["web-0", "web-1"],
+            {"web-2": "maxMigratingPerWorkload"},
+            id="per-workload-default-2-of-4",
+        ),
+        pytest.param(
+            _pods_on("a", 3, owner="web"),
+            [("web-0", ""), ("web-1", "")],
+            Limits(),
+            ["web-0"],
+            {"web-1": "maxMigratingPerWorkload"},
+            id="per-workload-default-1-of-3",
+        ),
+        pytest.param(
+            _pods_on("a", 4, owner="web"),
+            [("web-0", ""), ("web-1", "")],
+            Limits(max_migrating_per_workload="50%", max_unavailable_per_workload=1),
+            ["web-0"],
+            {"web-1": "maxUnavailablePerWorkload"},
+            id="max-unavailable",
+        ),
+    ],
+)
+def test_arbitration_limits(
+    pods: list[Pod],
+    jobs: list[tuple[str, str]],
+    limits: Limits,
+    admitted: list[str],
+    waiting: dict[str, str],
+) -> None:
+    by_name = {p.metadata.name: p for p in pods}
+    pmjs = [
+        pmj(name, by_name[name], phase=phase, created=T0 + timedelta(seconds=i))
+        for i, (name, phase) in enumerate(jobs)
+    ]
+    world = World.of(pods, ())
+    result = arbitrate(pmjs, world, limits, T0)
+    assert [j.spec.pod_ref.name for j in result.admitted] == admitted
+    assert all(j.status.phase == RUNNING for j in result.admitted)
+    assert all(
+        j.spec.pod_ref.uid == by_name[j.spec.pod_ref.name].metadata.uid for j in result.admitted
+    )
+    assert dict(result.waiting) == waiting
+
+
+def test_an_unready_sibling_counts_as_unavailable() -> None:
+    pods = _pods_on("a", 3, owner="web")
+    pods[2] = ready(pods[2], is_ready=False)
+    world = World.of(pods, ())
+    result = arbitrate([pmj("m", pods[0])], world, Limits(), T0)
+    assert result.admitted == []
+    assert dict(result.waiting) == {"m": "maxUnavailablePerWorkload"}
+
+
+def test_limits_come_from_the_migration_controller_args() -> None:
+    args = MigrationControllerArgs(
+        max_migrating_per_node=1,
+        max_unavailable_per_workload="20%",
+        default_job_mode=MODE_EVICT_DIRECTLY,
+        default_job_ttl=Duration.parse("90s"),
+    )
+    assert Limits.of(args) == Limits(
+        max_migrating_per_node=1,
+        max_unavailable_per_workload="20%",
+        default_job_mode=MODE_EVICT_DIRECTLY,
+        default_job_ttl=timedelta(seconds=90),
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "replicas", "limit"),
+    [
+        (None, 1, 1),
+        (None, 3, 1),
+        (None, 4, 2),
+        (None, 10, 2),
+        (None, 11, 1),
+        (None, 30, 3),
+        ("50%", 4, 2),
+        ("0%", 5, 1),  # never below 1
+        (5, 3, 3),  # never above the replicas
+        (2, 10, 2),
+    ],
+)
+def test_workload_limit(value: int | str | None, replicas: int, limit: int) -> None:
+    assert workload_limit(value, replicas) == limit
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"max_migrating_per_node": -1}, "maxMigratingPerNode"),
+        ({"max_migrating_globally": -3}, "maxMigratingGlobally"),
+        ({"max_unavailable_per_workload": "ten"}, "maxUnavailablePerWorkload"),
+        ({"max_migrating_per_workload": "10"}, "maxMigratingPerWorkload"),
+        ({"default_job_mode": "Sometimes"}, "defaultJobMode"),
+        ({"default_job_ttl": timedelta(seconds=-1)}, "defaultJobTTL"),
+    ],
+)
+def test_bad_limits_name_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        Limits(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("owned", [True, False], ids=["controller", "bare-pod"])
+def test_the_reservation_made_from_a_pod(owned: bool, shared_dir: Path) -> None:
+    term = NodeSelectorTerm(
+        match_expressions=(NodeSelectorRequirement(key="gpu", operator="Exists"),)
+    )
+    pod = make_pod(
+        "web-0",
+        node="node-a",
+        cpu=1000,
+        owner=replicaset() if owned else None,
+        labels={"app": "web", k.LABEL_QUOTA_NAME: "team-a", k.LABEL_SCHEDULE_ADMISSION: "true"},
+        annotations={k.ANNOTATION_RESERVATION_ALLOCATED: '{"name":"old","uid":"old"}'},
+    )
+    pod = replace(
+        pod,
+        spec=replace(
+            pod.spec,
+            affinity=Affinity(
+                node_affinity=NodeAffinity(
+                    required_during_scheduling_ignored_during_execution=NodeSelector(
+                        node_selector_terms=(term,)
+                    )
+                )
+            ),
+        ),
+    )
+    job = pmj("move", pod)
+    made = reservation_for(job, pod, timedelta(minutes=5), T0)
+    assert made.metadata.name == "uid-move"
+    assert made.metadata.labels == {k.LABEL_RESERVATION_ORDER: str(int(T0.timestamp() * 1000))}
+    spec = made.spec
+    assert spec.allocate_once is True
+    assert spec.ttl == Duration.parse("5m")
+    template = spec.template
+    assert template.spec.node_name == ""
+    assert template.metadata.namespace == "default"
+    assert template.metadata.labels == {"app": "web"}
+    assert template.metadata.annotations == {}
+    assert template.spec.affinity is not None
+    assert template.spec.affinity.node_affinity is not None
+    required = (
+        template.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+    )
+    assert required is not None
+    [kept] = required.node_selector_terms
+    assert kept.match_expressions == term.match_expressions
+    assert kept.match_fields == (
+        NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=("node-a",)),
+    )
+    [owner] = spec.owners
+    if owned:
+        assert owner.controller is not None
+        assert owner.controller.uid == "uid-web-rs"
+        assert owner.object is None
+    else:
+        assert owner.object == ObjectReference(
+            namespace="default", name="web-0", uid=pod.metadata.uid
+        )
+    assert schema_errors(validator(shared_dir, RESERVATION_KEY), wire(made)) == []
+
+
+# --- property: arbitration never goes past a limit ------------------------------------------------
+
+_NODES = ("a", "b", "c")
+_NAMESPACES = ("ns1", "ns2")
+_WORKLOADS = ("w1", "w2", "w3")
+
+
+@st.composite
+def _arbitration_cases(draw: st.DrawFn) -> tuple[list[Pod], list[PodMigrationJob], Limits]:
+    count = draw(st.integers(min_value=1, max_value=12))
+    pods: list[Pod] = []
+    jobs: list[PodMigrationJob] = []
+    for i in range(count):
+        pod = ready(
+            make_pod(
+                f"p{i}",
+                node=draw(st.sampled_from(_NODES)),
+                namespace=draw(st.sampled_from(_NAMESPACES)),
+                owner=replicaset(draw(st.sampled_from(_WORKLOADS))),
+            ),
+            draw(st.booleans()),
+        )
+        pods.append(pod)
+        if draw(st.booleans()):
+            phase = draw(st.sampled_from(["", RUNNING]))
+            job = pmj(f"m{i}", pod, phase=phase, created=T0 + timedelta(seconds=i))
+            if phase == RUNNING:
+                job = replace(
+                    job,
+                    spec=replace(job.spec, pod_ref=replace(job.spec.pod_ref, uid=pod.metadata.uid)),
+                )
+            jobs.append(job)
+    small = st.one_of(st.none(), st.integers(min_value=0, max_value=3))
+    workload = st.one_of(
+        st.none(), st.integers(min_value=1, max_value=3), st.sampled_from(["30%", "50%"])
+    )
+    limits = Limits(
+        max_migrating_per_node=draw(small),
+        max_migrating_per_namespace=draw(small),
+        max_migrating_globally=draw(small),
+        max_migrating_per_workload=draw(workload),
+        max_unavailable_per_workload=draw(workload),
+    )
+    return pods, jobs, limits
+
+
+def _tally(
+    jobs: Sequence[PodMigrationJob], pods: dict[tuple[str, str], Pod]
+) -> dict[str, Counter[str]]:
+    tally: dict[str, Counter[str]] = {
+        "node": Counter(),
+        "namespace": Counter(),
+        "global": Counter(),
+        "workload": Counter(),
+    }
+    for job in jobs:
+        pod = pods[(job.spec.pod_ref.namespace, job.spec.pod_ref.name)]
+        tally["node"][pod.spec.node_name] += 1
+        tally["namespace"][pod.metadata.namespace] += 1
+        tally["global"]["all"] += 1
+        tally["workload"][pod.metadata.owner_references[0].uid] += 1
+    return tally
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=_arbitration_cases())
+def test_arbitration_never_goes_past_a_limit(
+    case: tuple[list[Pod], list[PodMigrationJob], Limits],
+) -> None:
+    pods, jobs, limits = case
+    by_key = {(p.metadata.namespace, p.metadata.name): p for p in pods}
+    result = arbitrate(jobs, World.of(pods, ()), limits, T0)
+    before = _tally([j for j in jobs if j.status.phase == RUNNING], by_key)
+    after = _tally([*(j for j in jobs if j.status.phase == RUNNING), *result.admitted], by_key)
+    fixed = {
+        "node": limits.max_migrating_per_node,
+        "namespace": limits.max_migrating_per_namespace,
+        "global": limits.max_migrating_globally,
+    }
+    for scope, limit in fixed.items():
+        if not limit:
+            continue
+        for key, count in after[scope].items():
+            # Jobs already Running may be over a lowered limit; arbitration never adds to that.
+            assert count <= max(limit, before[scope][key])
+    replicas = Counter(p.metadata.owner_references[0].uid for p in pods)
+    for uid, count in after["workload"].items():
+        limit = workload_limit(limits.max_migrating_per_workload, replicas[uid])
+        assert count <= max(limit, before["workload"][uid])
+    # Every Pending job is either admitted or told which limit holds it.
+    pending = {j.metadata.name for j in jobs if j.status.phase != RUNNING}
+    assert pending == {j.metadata.name for j in result.admitted} | set(result.waiting)

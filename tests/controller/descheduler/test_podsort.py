@@ -1,0 +1,150 @@
+"""The descheduler's pod order (controller-spec §6.4 step 6): who is moved first."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from apis import constants as k
+from apis.core import Pod
+from apis.meta import ObjectMeta
+from controller.descheduler.podsort import (
+    ANNOTATION_POD_DELETION_COST,
+    annotation_cost,
+    sort_key,
+    sorted_pods,
+)
+from tests.controller.descheduler.conftest import make_pod
+
+BATCH = {k.LABEL_PRIORITY_CLASS: "koord-batch"}
+
+
+def _pod(
+    name: str,
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    priority: int | None = None,
+    cpu: int = 0,
+) -> Pod:
+    return make_pod(
+        name,
+        labels=BATCH if labels is None else labels,
+        annotations=annotations,
+        priority=priority,
+        cpu=cpu,
+    )
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        pytest.param(
+            _pod("free", labels={k.LABEL_PRIORITY_CLASS: "koord-free"}),
+            _pod("batch", labels={k.LABEL_PRIORITY_CLASS: "koord-batch"}),
+            id="koord-free before koord-batch",
+        ),
+        pytest.param(
+            _pod("mid", labels={k.LABEL_PRIORITY_CLASS: "koord-mid"}),
+            _pod("prod", labels={k.LABEL_PRIORITY_CLASS: "koord-prod"}),
+            id="koord-mid before koord-prod",
+        ),
+        pytest.param(
+            _pod(
+                "batch-top-priority", labels={k.LABEL_PRIORITY_CLASS: "koord-batch"}, priority=9999
+            ),
+            _pod("prod-no-priority", labels={k.LABEL_PRIORITY_CLASS: "koord-prod"}, priority=0),
+            id="the class decides before the priority",
+        ),
+        pytest.param(
+            _pod("p100", priority=100),
+            _pod("p200", priority=200),
+            id="lower priority first",
+        ),
+        pytest.param(
+            _pod("besteffort"),
+            _pod("burstable", cpu=500),
+            id="BestEffort before Burstable",
+        ),
+        pytest.param(
+            _pod("be", labels={**BATCH, k.LABEL_QOS_CLASS: "BE"}),
+            _pod("ls", labels={**BATCH, k.LABEL_QOS_CLASS: "LS"}),
+            id="koord BE before LS",
+        ),
+        pytest.param(
+            _pod("lsr", labels={**BATCH, k.LABEL_QOS_CLASS: "LSR"}),
+            _pod("system", labels={**BATCH, k.LABEL_QOS_CLASS: "SYSTEM"}),
+            id="koord LSR before SYSTEM",
+        ),
+        pytest.param(
+            _pod("cheap", annotations={ANNOTATION_POD_DELETION_COST: "-5"}),
+            _pod("default"),
+            id="negative deletion cost before none",
+        ),
+        pytest.param(
+            _pod("default"),
+            _pod("costly", annotations={ANNOTATION_POD_DELETION_COST: "10"}),
+            id="no deletion cost before a positive one",
+        ),
+        pytest.param(
+            _pod("evict-cheap", annotations={k.ANNOTATION_EVICTION_COST: "1"}),
+            _pod("evict-costly", annotations={k.ANNOTATION_EVICTION_COST: "100"}),
+            id="lower eviction cost first",
+        ),
+        pytest.param(
+            _pod(
+                "deletion-wins",
+                annotations={
+                    ANNOTATION_POD_DELETION_COST: "1",
+                    k.ANNOTATION_EVICTION_COST: "100",
+                },
+            ),
+            _pod(
+                "deletion-higher",
+                annotations={ANNOTATION_POD_DELETION_COST: "2", k.ANNOTATION_EVICTION_COST: "0"},
+            ),
+            id="deletion cost before eviction cost",
+        ),
+    ],
+)
+def test_first_pod_sorts_first(first: Pod, second: Pod) -> None:
+    assert sort_key(first) < sort_key(second)
+    assert sorted_pods([second, first]) == [first, second]
+
+
+@pytest.mark.parametrize(
+    ("text", "cost"),
+    [
+        pytest.param(None, 0, id="absent"),
+        pytest.param("42", 42, id="number"),
+        pytest.param(" -7 ", -7, id="negative with spaces"),
+        pytest.param("ten", 0, id="not a number"),
+        pytest.param(str(2**31), 0, id="beyond int32"),
+        pytest.param(str(2**31 - 1), 2**31 - 1, id="int32 max (forbids migration)"),
+    ],
+)
+def test_annotation_cost(text: str | None, cost: int) -> None:
+    annotations = {} if text is None else {k.ANNOTATION_EVICTION_COST: text}
+    pod = Pod(metadata=ObjectMeta(name="p", annotations=annotations))
+    assert annotation_cost(pod, k.ANNOTATION_EVICTION_COST) == cost
+
+
+def test_equal_pods_keep_their_order() -> None:
+    pods = [_pod(f"same-{i}") for i in range(5)]
+    assert sorted_pods(reversed(pods)) == list(reversed(pods))
+
+
+def test_a_mixed_node_in_eviction_order() -> None:
+    prod = _pod("prod-web", labels={k.LABEL_PRIORITY_CLASS: "koord-prod"}, cpu=1000)
+    batch_costly = _pod("batch-costly", annotations={ANNOTATION_POD_DELETION_COST: "100"})
+    batch = _pod("batch", cpu=1000)
+    free = _pod("free", labels={k.LABEL_PRIORITY_CLASS: "koord-free"}, cpu=1000)
+    batch_be = _pod("batch-be")
+    assert [p.metadata.name for p in sorted_pods([prod, batch_costly, batch, free, batch_be])] == [
+        "free",
+        "batch-be",
+        "batch-costly",
+        "batch",
+        "prod-web",
+    ]
