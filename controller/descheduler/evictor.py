@@ -635,6 +635,12 @@ class CycleEvictor:
         ledger.admit(Admission(intent=intent, mode=mode, profile=self.profile, args=self.args))
         return True
 
+    def can_evict_from(self, node: str) -> bool:
+        ledger = self._ledger
+        if ledger.max_total is not None and ledger.evicted_total >= ledger.max_total:
+            return False
+        return ledger.max_per_node is None or ledger.evicted_per_node[node] < ledger.max_per_node
+
     @property
     def intents(self) -> Sequence[EvictionIntent]:
         return self._ledger.intents

@@ -97,6 +97,11 @@ class Evictor(Protocol):
         total, migrating limits) or a filter refuses it; True when it was recorded."""
         ...
 
+    def can_evict_from(self, node: str) -> bool:
+        """False once the cycle's per-node limit for ``node`` or its total limit is reached:
+        a plugin stops looking for more pods of that node (or at all)."""
+        ...
+
     @property
     def intents(self) -> Sequence[EvictionIntent]:
         """Every eviction recorded this cycle, in order."""

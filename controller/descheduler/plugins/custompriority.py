@@ -543,6 +543,8 @@ class CustomPriority:
                 node_fit=self.args.node_fit,
             )
             for node in source.nodes:
+                if not evictor.can_evict_from(node.metadata.name):
+                    continue  # the cycle's limits leave nothing to take from this node
                 candidates = self._candidates(
                     view.pods_on(node.metadata.name), evictor, taken, ledger
                 )
@@ -583,6 +585,8 @@ class CustomPriority:
         reason = f"evicting from {tier} priority resource to lower priority resource"
         misses = 0
         for pod in candidates:
+            if not evictor.can_evict_from(pod.spec.node_name):
+                return
             target = None
             if self.args.node_fit:
                 target = targets.first_fit(pod)

@@ -79,6 +79,9 @@ class FakeEvictor:
     def pre_eviction_filter(self, pod: Pod) -> bool:
         return pod.metadata.name not in self.pre_reject
 
+    def can_evict_from(self, node: str) -> bool:
+        return self.limit is None or self._mine < self.limit
+
     def evict(self, pod: Pod, *, plugin: str, reason: str) -> bool:
         if pod.metadata.name in self.refuse:
             return False

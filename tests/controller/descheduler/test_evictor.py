@@ -663,3 +663,23 @@ def test_the_evict_annotation_does_not_migrate_a_pod_twice() -> None:
     pod = web(annotations=BYPASS)
     subject = evictor([pod, *siblings()], migrations=[moving("web-rs-0", node="node-a")])
     assert subject.refusal(pod) == "pod is already migrating"
+
+
+def test_can_evict_from_says_when_a_node_or_the_cycle_is_full() -> None:
+    p0, p1, p2, p3 = spread(4, nodes=2, namespaces=1)  # node-a, node-b, node-a, node-b
+    subject = evictor(
+        [p0, p1, p2, p3, *partners([p0, p1, p2, p3])],
+        args=margs(maxMigratingPerNode=0),
+        max_per_node=1,
+        max_total=2,
+    )
+    assert subject.can_evict_from("node-a")
+    assert subject.evict(p0, plugin="T", reason="r")
+    assert not subject.can_evict_from("node-a")
+    assert not subject.evict(p2, plugin="T", reason="r")
+    assert subject.can_evict_from("node-b")
+    assert subject.evict(p1, plugin="T", reason="r")
+    # The total of 2 is reached: no node has room left.
+    assert not subject.can_evict_from("node-b")
+    assert not subject.can_evict_from("node-c")
+    assert not subject.evict(p3, plugin="T", reason="r")

@@ -65,6 +65,9 @@ class FakeEvictor:
     def pre_eviction_filter(self, pod: Pod) -> bool:
         return True
 
+    def can_evict_from(self, node: str) -> bool:
+        return self.limit is None or len(self._intents) < self.limit
+
     def evict(self, pod: Pod, *, plugin: str, reason: str) -> bool:
         if self.limit is not None and len(self._intents) >= self.limit:
             return False

@@ -94,6 +94,8 @@ class _Cycle:
     prod_usage: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Target name -> requests of its pods plus those booked on it (for node fit).
     requested: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: (node, prod pass) -> its room below the high level(s), until something is booked.
+    rooms: dict[tuple[str, bool], dict[str, float]] = field(default_factory=dict)
 
     def requests_on(self, name: str) -> dict[str, int]:
         used = self.requested.get(name)
@@ -257,12 +259,17 @@ class LowNodeLoad:
         return budget
 
     def _room(self, cycle: _Cycle, name: str, *, prod: bool) -> dict[str, float]:
-        """What ``name`` can still take before it reaches its high level(s)."""
+        """What ``name`` can still take before it reaches its high level(s) (kept until
+        something is booked on it)."""
+        cached = cycle.rooms.get((name, prod))
+        if cached is not None:
+            return cached
         space = room(cycle.levels[name].high, cycle.usage[name])
         if prod and cycle.prod_levels is not None:
             prod_space = room(cycle.prod_levels[name].high, cycle.prod_usage[name])
             for r in cycle.resources:
                 space[r] = min(space[r], prod_space[r])
+        cycle.rooms[(name, prod)] = space
         return space
 
     def _target_for(
@@ -320,6 +327,8 @@ class LowNodeLoad:
     ) -> list[Pod]:
         evictor = cycle.evictor
         found: list[Pod] = []
+        if not evictor.can_evict_from(source.name):
+            return found  # the cycle's limits leave nothing to take from this node
         for pod in source.pods:
             key = pod_key(pod)
             amounts = source.pod_usage.get(key)
@@ -370,6 +379,8 @@ class LowNodeLoad:
         for pod in sorted(candidates, key=order):
             if not is_over(current[name], high) or any(v <= 0 for v in budget.values()):
                 return
+            if not cycle.evictor.can_evict_from(name):
+                return
             key = pod_key(pod)
             amounts = source.pod_usage[key]
             target = None
@@ -407,7 +418,11 @@ class LowNodeLoad:
                 cycle.usage[target][r] = cycle.usage[target].get(r, 0) + amount
                 if prod_pod:
                     cycle.prod_usage[target][r] = cycle.prod_usage[target].get(r, 0) + amount
+        cycle.rooms.pop((source, False), None)
+        cycle.rooms.pop((source, True), None)
         if target is not None:
+            cycle.rooms.pop((target, False), None)
+            cycle.rooms.pop((target, True), None)
             requested = cycle.requests_on(target)
             for resource, amount in {**pod_requests(pod), nodefit.PODS: 1}.items():
                 requested[resource] = requested.get(resource, 0) + amount
