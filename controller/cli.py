@@ -401,7 +401,8 @@ def _print_listing(
 ) -> list[int]:
     output = args.output
     if output in ("yaml", "json"):
-        if objects or names:
+        # An empty listing is an empty List, as kubectl prints it.
+        if objects or not names:
             _print_objects(objects, output, single=len(names) == 1)
         return []
     if output == "name":

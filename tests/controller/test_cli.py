@@ -428,6 +428,9 @@ def test_get_empty(koordpy: Koordpy) -> None:
     assert err.strip() == "No resources found in team namespace."
     _, _, err = koordpy("get", "no")
     assert err.strip() == "No resources found"
+    code, out, _ = koordpy("get", "po", "-o", "json")
+    assert code == 0
+    assert json.loads(out)["items"] == []
 
 
 def test_get_watch_prints_rows_until_interrupted(

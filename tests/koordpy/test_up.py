@@ -19,7 +19,7 @@ from apis.kinds import default_registry
 from apis.meta import ObjectMeta
 from apis.resources import ResourceList
 from controller.api.client import Applied, Client
-from koordpy.up import DEMO_NODES
+from koordpy.up import DEMO_CAPACITY_TYPES, DEMO_NODES
 from tests.crdschema import schema_errors, validator
 from tests.fakes.net import free_port as _free_port
 from tests.koordpy.daemons import cli, names, running_up, table_rows
@@ -51,6 +51,7 @@ def test_demo_lists_nodes_with_gpus_and_valid_devices(tmp_path: Path, shared_dir
             assert schema_errors(check, item) == [], item["metadata"]["name"]
 
         _jobs_admitted_and_placed(up.api)
+        _pods_moved_to_reserved_nodes(up.api)
 
         again = cli(up.api, "apply", "-f", str(Path(__file__).parents[2] / "examples"))
         assert again.returncode == 0, again.stderr
@@ -58,6 +59,38 @@ def test_demo_lists_nodes_with_gpus_and_valid_devices(tmp_path: Path, shared_dir
         assert lines
         assert all(line.endswith(" unchanged") for line in lines), lines
         assert up.stop(signal.SIGTERM) == 0
+
+
+def _pods_moved_to_reserved_nodes(api: str) -> None:
+    """examples/descheduler.yaml drains the on-demand demo nodes: every pod of the batch Job
+    ends on a reserved node, through PodMigrationJobs (a reservation first, then the eviction,
+    then the replacement pod in the reservation), with Events saying so."""
+    reserved = {name for name, kind in DEMO_CAPACITY_TYPES.items() if kind == "reserved"}
+    deadline = time.monotonic() + 90
+    while True:
+        pods = json.loads(cli(api, "get", "pods", "-n", "team-a", "-o", "json").stdout)
+        nodes = {
+            p["metadata"]["name"]: p["spec"].get("nodeName")
+            for p in pods["items"]
+            if p["metadata"]["name"].startswith("preprocess-shards-")
+        }
+        jobs = json.loads(cli(api, "get", "pmj", "-o", "json").stdout)["items"]
+        done = [j for j in jobs if j["status"].get("phase") == "Succeeded"]
+        if len(nodes) == 4 and set(nodes.values()) <= reserved and done:
+            break
+        assert time.monotonic() < deadline, (nodes, [j["status"] for j in jobs])
+        time.sleep(1)
+    for job in done:
+        assert job["status"]["nodeName"] in reserved
+        assert job["metadata"]["annotations"]["koordinator.sh/evict-trigger"] == "CustomPriority"
+    wide = cli(api, "get", "pods", "-n", "team-a", "-o", "wide").stdout
+    assert any("preprocess-shards-" in line and "demo-" in line for line in wide.splitlines())
+    events = cli(api, "get", "events", "-n", "team-a").stdout
+    assert "evicted by PodMigrationJob" in events
+    assert "(CustomPriority): drain node demo-ascend" in events
+    listing = {row["NAME"]: row for row in table_rows(cli(api, "get", "nodes").stdout)}
+    on_demand = [name for name, kind in DEMO_CAPACITY_TYPES.items() if kind == "on-demand"]
+    assert any("SchedulingDisabled" in listing[name]["STATUS"] for name in on_demand)
 
 
 #: The demo's queued jobs: QueueUnit -> the pods its job releases.
