@@ -48,10 +48,23 @@ def _dec_hook(target: type, value: Any) -> Any:
     raise NotImplementedError(f"no decoder for {target!r}")
 
 
+#: Durations decoded from JSON, by text (they are immutable; reports repeat a few windows).
+_DURATIONS: dict[str, Duration] = {}
+_DURATIONS_KEPT = 1024
+
+
 def _json_dec_hook(target: type, value: Any) -> Any:
     # The decoder's maps are fresh and held by nobody else: a resource list may keep one.
     if target is ResourceList and type(value) is dict:
         return ResourceList.adopt(value)
+    if target is Duration and type(value) is str:
+        found = _DURATIONS.get(value)
+        if found is None:
+            found = Duration.parse(value)
+            if len(_DURATIONS) >= _DURATIONS_KEPT:
+                _DURATIONS.clear()
+            _DURATIONS[value] = found
+        return found
     return _dec_hook(target, value)
 
 

@@ -37,13 +37,15 @@ Every message is checked before anything is written, and counted in
 Times without a UTC offset are read as UTC. Nothing invalid is ever applied, and nothing an
 agent sends stops the ingest.
 
-Cost. Messages that arrive together (within ``linger``, 20 ms) are written in one store
-transaction (one SQLite commit) through :meth:`controller.store.Store.submit`; each message's
-writes still succeed or fail alone. A Node or Device that differs from the last body of its
-topic only in its time stamp (a heartbeat, a ``reported-at``: most of what a fleet sends) is
-taken without being decoded again; what is stored is exactly what decoding it would store. An
-ingest that falls too far behind a burst resubscribes, and the bus replays every node's newest
-state (``koordpy_ingest_resyncs_total`` counts it).
+Cost. Messages that arrive together (within ``linger``, 20 ms, of each other, and within
+``max_linger`` of the first, by default the same 20 ms) are written in one store transaction
+(one SQLite commit, and one pass of the control loops that watch the store) through
+:meth:`controller.store.Store.submit_many`; each message's writes still succeed or fail
+alone. A Node or Device that differs from the last body of its topic only in its time stamp (a
+heartbeat, a ``reported-at``: most of what a fleet sends) is taken without being decoded
+again; what is stored is exactly what decoding it would store. An ingest that falls too far
+behind a burst resubscribes, and the bus replays every node's newest state
+(``koordpy_ingest_resyncs_total`` counts it).
 """
 
 from __future__ import annotations
@@ -95,7 +97,9 @@ from koordpy.mqtt import DEFAULT_MAX_PAYLOAD
 
 __all__ = [
     "AGENT_LABELS_ANNOTATION",
+    "LINGER",
     "MAX_BATCH",
+    "MAX_LINGER",
     "SUBSCRIPTION",
     "Ingest",
     "Result",
@@ -118,6 +122,10 @@ EVICTION_COMPONENT: Final = "koordlet"
 MAX_BATCH: Final = 1024
 #: Seconds the ingest waits after a message for more to write in the same transaction.
 LINGER: Final = 0.02
+#: Seconds the ingest waits at most, while messages keep coming, before writing them. By
+#: default one ``LINGER``: the longer bodies wait, the more of them a newer report of the same
+#: topic supersedes unread (never validated, never counted as what they were).
+MAX_LINGER: Final = LINGER
 
 _O = TypeVar("_O", bound=Object)
 
@@ -316,8 +324,10 @@ class Ingest:
 
     ``liveness`` (optional) is told when each node was last heard from and which went
     offline; ``max_payload`` is the largest body taken, bytes. ``run`` waits ``linger``
-    seconds after a message for others to write with it (a report is stored that much later;
-    a fleet's thousands of reports a second cost one commit per batch, not one each).
+    seconds after a message for others to write with it, and again while more keep coming,
+    up to ``max_linger`` in all (a report is stored that much later; a fleet's thousands of
+    reports a second cost one commit, and one pass of the control loops, per batch, not one
+    each).
     """
 
     def __init__(
@@ -331,6 +341,7 @@ class Ingest:
         liveness: Liveness | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         linger: float = LINGER,
+        max_linger: float = MAX_LINGER,
     ) -> None:
         self.name = "ingest"
         self._bus = bus
@@ -340,6 +351,7 @@ class Ingest:
         self._liveness = liveness
         self._max_payload = max_payload
         self._linger = linger
+        self._max_linger = max_linger
         self._recorders: dict[str, EventRecorder] = {}
         #: topic -> hash of the last body taken from it (state leaves only)
         self._taken: dict[str, int] = {}
@@ -390,14 +402,31 @@ class Ingest:
                 return
             ended = self._drain(subscription, batch)
             if ended is None and len(batch) < MAX_BATCH and self._linger > 0:
-                # Let what is on its way join this batch: one commit for all of it.
-                await asyncio.sleep(self._linger)
-                ended = self._drain(subscription, batch)
+                ended = await self._gather(subscription, batch)
             await self.handle_many(batch)
             if isinstance(ended, BusOverflow):
                 raise ended
             if ended is not None:  # closed
                 return
+
+    async def _gather(self, subscription: Subscription, batch: list[Message]) -> BusError | None:
+        """Let what is on its way join ``batch``: one commit (and one pass of the control
+        loops) for all of it. Waits ``linger`` seconds, and again while messages keep coming,
+        up to ``max_linger`` in all or :data:`MAX_BATCH` messages; the error that ended the
+        subscription, if it did."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_linger
+        while True:
+            before = len(batch)
+            await asyncio.sleep(self._linger)
+            ended = self._drain(subscription, batch)
+            if (
+                ended is not None
+                or len(batch) == before
+                or len(batch) >= MAX_BATCH
+                or loop.time() >= deadline
+            ):
+                return ended
 
     @staticmethod
     def _drain(subscription: Subscription, batch: list[Message]) -> BusError | None:

@@ -76,6 +76,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from koordpy import mqttwire
 from koordpy.bus import (
     AGENT_LEAVES,
     CONTROLLER_LEAVES,
@@ -364,40 +365,59 @@ _CONNECTED_EVENT_LIMIT: Final = 65536
 #: Topics remembered as matching the wildcard uplink filters or not (a fleet's topics).
 _MATCH_CACHE: Final = 1 << 16
 #: Bytes one read from the broker's socket may take.
-_READ_AHEAD: Final = 1 << 16
+_READ_AHEAD: Final = 1 << 18
 #: Queue of the bridge's own uplink subscriptions: a controller's retained replay of every
 #: node's pods and nodeslo must fit.
 _UPLINK_QUEUE: Final = 1 << 17
 
 
-class _ReadAhead:
-    """The connection's socket behind a read-ahead buffer.
+class _LeanSocket:
+    """The connection's socket as the client sees it, with PUBLISH packets taken out.
 
-    paho reads each packet in pieces (its first byte, each byte of its length, then the
-    rest), one system call apiece, and the client reads one packet per wake-up. Here one call
-    takes whatever the kernel holds, and :meth:`pending` tells the client that more is
-    buffered, so a burst of messages costs a few reads and one wake-up."""
+    Each read takes whatever the kernel holds (up to :data:`_READ_AHEAD` bytes) and cuts it
+    into packets (:class:`koordpy.mqttwire.Splitter`): the PUBLISH packets are handed to
+    ``deliver`` as a batch, their QoS 1 acknowledgements to ``acknowledge`` as one write,
+    and only the other packets (CONNACK, SUBACK, PUBACK, PINGRESP, DISCONNECT, and a PUBLISH
+    the splitter leaves alone) reach paho, which reads each in pieces, one ``recv`` apiece.
+    When nothing is left for paho a read says "try again" (``BlockingIOError``), as a
+    non-blocking socket with no data does; :meth:`pending` tells the client's reader that
+    more is buffered for it, so a burst costs one wake-up."""
 
-    __slots__ = ("_buffer", "_sock", "_start")
+    __slots__ = ("_acknowledge", "_buffer", "_deliver", "_sock", "_splitter", "_start")
 
-    def __init__(self, sock: Any) -> None:
+    def __init__(
+        self,
+        sock: Any,
+        deliver: Callable[[list[mqttwire.Publish]], None],
+        acknowledge: Callable[[bytes], None],
+    ) -> None:
         self._sock = sock
+        self._deliver = deliver
+        self._acknowledge = acknowledge
+        self._splitter = mqttwire.Splitter()
         self._buffer = b""
         self._start = 0
 
     def recv(self, size: int) -> bytes:
-        if self._start >= len(self._buffer):
+        while self._start >= len(self._buffer):
             data: bytes = self._sock.recv(_READ_AHEAD)
-            if len(data) <= size:
-                self._buffer, self._start = b"", 0
-                return data
-            self._buffer, self._start = data, 0
+            if not data:
+                return data  # the broker closed the connection
+            read, others = self._splitter.feed(data)
+            self._buffer, self._start = others, 0
+            if read:
+                self._deliver(read)
+                acks = [mqttwire.puback(m.packet_id) for m in read if m.qos]
+                if acks:
+                    self._acknowledge(b"".join(acks))
+            if not others:
+                raise BlockingIOError  # everything read was ours: nothing for paho yet
         start = self._start
         self._start = start + size
         return self._buffer[start : start + size]
 
     def pending(self) -> int:
-        """Bytes read from the socket and not yet taken (an SSL socket's own included)."""
+        """Bytes buffered for paho and not yet taken (an SSL socket's own included)."""
         buffered = len(self._buffer) - self._start
         inner = getattr(self._sock, "pending", None)
         return max(buffered, 0) + (inner() if inner is not None else 0)
@@ -407,11 +427,13 @@ class _ReadAhead:
 
 
 class _Client(aiomqtt.Client):
-    """aiomqtt's client, with two changes the bridge needs: messages are handed to a callback
-    as they arrive (no task per message), and each publish's acknowledgement resolves a
-    future with its reason code (a refused publish is told apart from a delivered one)."""
+    """aiomqtt's client, with the changes the bridge needs: messages are handed to a callback
+    as they arrive (no task per message; PUBLISH packets are read off the socket by
+    :class:`_LeanSocket`, paho's own path only takes what that leaves), and each publish's
+    acknowledgement resolves a future with its reason code (a refused publish is told apart
+    from a delivered one)."""
 
-    def __init__(self, deliver: Callable[[paho.MQTTMessage], None], **kwargs: Any) -> None:
+    def __init__(self, deliver: Callable[[list[mqttwire.Publish]], None], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._deliver = deliver
         self._acks: dict[int, asyncio.Future[int]] = {}
@@ -484,11 +506,18 @@ class _Client(aiomqtt.Client):
         super()._on_publish(client, userdata, mid, reason_code, properties)
 
     def _on_message(self, client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
-        self._deliver(message)
+        self._deliver(
+            [mqttwire.Publish(message.topic, bytes(message.payload), retain=bool(message.retain))]
+        )
+
+    def _acknowledge(self, pubacks: bytes) -> None:
+        """Send PUBACK packets (several, back to back) through paho's outgoing queue, in one
+        write, after the messages they acknowledge were delivered."""
+        self._client._packet_queue(mqttwire.PUBACK << 4, pubacks, 0, 1)
 
     def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         # Called as the socket is made, before anything is read from it.
-        client._sock = _ReadAhead(sock)
+        client._sock = _LeanSocket(sock, self._deliver, self._acknowledge)
         super()._on_socket_open(client, userdata, sock)
 
 
@@ -851,17 +880,16 @@ class MqttBridge:
 
     # --- downlink: broker -> local bus ----------------------------------------------------
 
-    def _received(self, message: paho.MQTTMessage) -> None:
-        """A message from the broker (called by the client as it arrives): onto the bus."""
-        try:
-            self._put_on_bus(message)
-        except Exception:  # a bad message must not cost the connection
-            self._stats.dropped["invalid"] += 1
-            _log.exception("%s: dropped a message from the broker", self.name)
+    def _received(self, messages: list[mqttwire.Publish]) -> None:
+        """Messages from the broker (called by the client as they arrive): onto the bus."""
+        for message in messages:
+            try:
+                self._put_on_bus(message.topic, message.payload, message.retain)
+            except Exception:  # a bad message must not cost the connection
+                self._stats.dropped["invalid"] += 1
+                _log.exception("%s: dropped a message from the broker", self.name)
 
-    def _put_on_bus(self, message: paho.MQTTMessage) -> None:
-        topic = message.topic
-        payload = bytes(message.payload)
+    def _put_on_bus(self, topic: str, payload: bytes, retained: bool) -> None:
         if len(payload) > self.settings.max_payload:
             self._stats.dropped["oversized"] += 1
             _log.warning(
@@ -874,7 +902,7 @@ class MqttBridge:
             return
         parsed = parse_node_topic(topic)
         leaf = parsed[1] if parsed is not None else "other"
-        retain = leaf in RETAINED_LEAVES if parsed is not None else bool(message.retain)
+        retain = leaf in RETAINED_LEAVES if parsed is not None else retained
         echoed = self._may_echo and self._subscription is not None and self._is_uplink(topic)
         if echoed:
             self._echoes[(topic, payload)] += 1

@@ -182,3 +182,20 @@ def test_multi_line_strings_dump_as_literal_blocks() -> None:
     text = dump_yaml(pod)
     assert "note: |-\n" in text
     assert decode_documents(text) == [pod]
+
+
+def test_json_durations_are_read_once_per_text_and_bad_ones_still_fail() -> None:
+    from apis import codec
+    from apis.duration import Duration
+    from apis.slo import AggregatedUsage
+
+    first = decode_json(b'{"duration":"5m0s"}', AggregatedUsage)
+    again = decode_json(b'{"duration":"5m0s"}', AggregatedUsage)
+    assert first.duration == again.duration == Duration(300 * 10**9)
+    for _ in range(2):  # a bad text is never remembered as good
+        with pytest.raises(DecodeError, match="invalid duration"):
+            decode_json(b'{"duration":"5 minutes"}', AggregatedUsage)
+    for seconds in range(codec._DURATIONS_KEPT + 10):
+        decode_json(b'{"duration":"%ds"}' % seconds, AggregatedUsage)
+    assert len(codec._DURATIONS) <= codec._DURATIONS_KEPT
+    assert decode_json(b'{"duration":"1h"}', AggregatedUsage).duration == Duration(3600 * 10**9)

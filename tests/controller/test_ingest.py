@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -513,3 +513,47 @@ async def test_behind_a_burst_it_takes_each_nodes_newest_state(store: Store, eve
         "koordpy_ingest_messages_total", {"leaf": "node", "result": "superseded"}
     )
     assert superseded == (None if events else 2 * 19), "each report not taken is counted"
+
+
+def _arrivals(bus: Bus, count: int) -> tuple[list[float], Callable[[float], Awaitable[None]]]:
+    """A stand-in for ``asyncio.sleep``: each wait sees one more report arrive on ``bus``,
+    ``count`` times, then none; the waits asked for."""
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) <= count:
+            bus.publish(node_topic(f"n{len(waits)}", "status"), status_body("online"), retain=True)
+
+    return waits, sleep
+
+
+@pytest.mark.parametrize("arrivals", [0, 1, 5])
+async def test_a_batch_waits_again_while_reports_keep_coming(
+    store: Store, monkeypatch: pytest.MonkeyPatch, arrivals: int
+) -> None:
+    bus = Bus()
+    ingest = Ingest(bus, store, linger=0.02, max_linger=60.0)
+    with bus.subscribe("koordpy/v1/nodes/+/+") as subscription:
+        bus.publish(node_topic("n0", "status"), status_body("online"), retain=True)
+        batch = [await subscription.get()]
+        waits, sleep = _arrivals(bus, arrivals)
+        monkeypatch.setattr(asyncio, "sleep", sleep)
+        assert await ingest._gather(subscription, batch) is None
+    assert [m.topic for m in batch] == [node_topic(f"n{i}", "status") for i in range(arrivals + 1)]
+    assert waits == [0.02] * (arrivals + 1)  # the last wait saw nothing new
+
+
+async def test_a_batch_stops_waiting_at_max_linger(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus = Bus()
+    ingest = Ingest(bus, store, linger=0.02, max_linger=0.0)
+    with bus.subscribe("koordpy/v1/nodes/+/+") as subscription:
+        bus.publish(node_topic("n0", "status"), status_body("online"), retain=True)
+        batch = [await subscription.get()]
+        waits, sleep = _arrivals(bus, 100)
+        monkeypatch.setattr(asyncio, "sleep", sleep)
+        assert await ingest._gather(subscription, batch) is None
+    assert len(batch) == 2  # reports were still coming, but the window was over
+    assert len(waits) == 1

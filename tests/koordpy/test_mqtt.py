@@ -593,3 +593,64 @@ async def test_a_controller_receives_a_whole_fleet_s_retained_state_on_connect(
             sample(registry, "koordpy_mqtt_messages_received_total", leaf=leaf) for leaf in leaves
         )
         assert received == nodes * len(leaves)
+
+
+# --- the lean receiving socket -----------------------------------------------------------------
+
+
+class _Chunks:
+    """A non-blocking socket that returns the chunks given, then "try again"."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = list(chunks)
+
+    def recv(self, size: int) -> bytes:
+        if not self.chunks:
+            raise BlockingIOError
+        return self.chunks.pop(0)
+
+    def fileno(self) -> int:
+        return 42
+
+
+def test_the_lean_socket_delivers_publishes_acks_them_at_once_and_hands_the_rest_to_paho() -> None:
+    from koordpy import mqttwire
+    from koordpy.mqtt import _LeanSocket
+
+    qos1 = [
+        mqttwire.encode_publish(
+            mqttwire.Publish(node_topic(f"n{i}", "node"), b"{}", qos=1, packet_id=i + 1)
+        )
+        for i in range(3)
+    ]
+    qos0 = mqttwire.encode_publish(mqttwire.Publish(node_topic("n9", "events"), b"[]"))
+    pingresp = b"\xd0\x00"
+    stream = qos1[0] + pingresp + qos1[1] + qos0 + qos1[2]
+    delivered: list[list[mqttwire.Publish]] = []
+    acks: list[bytes] = []
+    sock = _LeanSocket(_Chunks(stream[:7], stream[7:]), delivered.append, acks.append)
+    with pytest.raises(BlockingIOError):  # the first chunk holds no whole packet
+        sock.recv(1)
+    assert sock.recv(1) == b"\xd0"  # paho reads the PINGRESP in pieces
+    assert sock.pending() == 1
+    assert sock.recv(1) == b"\x00"
+    assert sock.pending() == 0
+    assert [[m.topic for m in batch] for batch in delivered] == [
+        [
+            node_topic("n0", "node"),
+            node_topic("n1", "node"),
+            node_topic("n9", "events"),
+            node_topic("n2", "node"),
+        ]
+    ]
+    assert acks == [mqttwire.puback(1) + mqttwire.puback(2) + mqttwire.puback(3)]
+    with pytest.raises(BlockingIOError):
+        sock.recv(1)
+    assert sock.fileno() == 42  # the rest is the socket's
+
+
+def test_the_lean_socket_passes_on_the_end_of_the_connection() -> None:
+    from koordpy.mqtt import _LeanSocket
+
+    sock = _LeanSocket(_Chunks(b""), lambda _: None, lambda _: None)
+    assert sock.recv(1) == b""
