@@ -232,6 +232,7 @@ class QueueingLoop:
         self._default_queue_wanted = False
         self._queues_dirty = True
         self._nodes_dirty = True
+        self._allocatable: dict[tuple[str, str], Mapping[str, int]] = {}
         self._pods_dirty = True
         self._changed_units: dict[tuple[str, str], QueueUnit | None] = {}
         self._tree: QuotaTree | None = None
@@ -286,7 +287,13 @@ class QueueingLoop:
         elif kind is _QUEUE:
             self._queues_dirty = True
         elif kind is _NODE:
-            self._nodes_dirty = True
+            # Only a changed allocatable moves the cluster total (heartbeats do not).
+            before = self._allocatable.pop(key, None)
+            after = obj.allocatable if isinstance(obj, Node) else None
+            if after is not None:
+                self._allocatable[key] = after
+            if before != after:
+                self._nodes_dirty = True
         elif kind is _POD:
             self._pods_dirty = True
 
@@ -474,10 +481,9 @@ class QueueingLoop:
             return
         self._nodes_dirty = False
         total: dict[str, int] = {}
-        for node in self._objects[_NODE.key].values():
-            if isinstance(node, Node):
-                for name, amount in node.allocatable.items():
-                    total[name] = total.get(name, 0) + amount
+        for allocatable in self._allocatable.values():
+            for name, amount in allocatable.items():
+                total[name] = total.get(name, 0) + amount
         if total != self._total:
             self._total = total
             self._runtime_dirty = True
