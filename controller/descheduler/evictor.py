@@ -92,6 +92,7 @@ __all__ = [
     "Refusal",
     "TokenBucket",
     "controller_uid",
+    "direct_nodes",
     "eviction_mode",
 ]
 
@@ -395,6 +396,20 @@ def eviction_mode(pod: Pod, args: MigrationControllerArgs) -> str:
     return MODE_EVICT_DIRECTLY
 
 
+def direct_nodes(
+    args: MigrationControllerArgs, nodes_by_scheduler: Mapping[str, Iterable[str]]
+) -> frozenset[str]:
+    """The nodes with a pod :func:`eviction_mode` evicts directly, from the nodes of each
+    ``spec.schedulerName`` (the cycle view's ``direct_nodes``)."""
+    return frozenset(
+        node
+        for scheduler, nodes in nodes_by_scheduler.items()
+        if args.default_job_mode != MODE_RESERVATION_FIRST
+        or (scheduler or DEFAULT_SCHEDULER) not in args.scheduler_names
+        for node in nodes
+    )
+
+
 _NONE: Final[frozenset[tuple[str, str]]] = frozenset()
 
 
@@ -459,8 +474,9 @@ class CycleLedger:
         """The workload's pods that are not Ready (computed once per cycle)."""
         found = self._not_ready.get(workload)
         if found is None:
-            found = frozenset(
-                _key(p) for p in self.workload_pods.get(workload, ()) if not _ready(p)
+            found = (
+                frozenset(_key(p) for p in self.workload_pods.get(workload, ()) if not _ready(p))
+                or _NONE
             )
             self._not_ready[workload] = found
         return found
@@ -712,6 +728,10 @@ class CycleEvictor:
         self._fixed: dict[str, str] = {}
         #: pod uid -> why node fit refuses it (the nodes do not change during the cycle)
         self._misfits: dict[str, str] = {}
+        #: workload uid -> its migrating limits' refusal, and the number of migrating pods
+        #: (ledger-wide) it was worked out at
+        self._verdicts: dict[str, str] = {}
+        self._verdict_at: dict[str, int] = {}
 
     def refusal(self, pod: Pod) -> str:
         """Why ``filter`` refuses ``pod`` ("" when it passes)."""
@@ -749,8 +769,9 @@ class CycleEvictor:
             if annotations.get(k.ANNOTATION_CONFIG_SOURCE, "api") != "api":
                 return "pod is a static pod"
         owners = meta.owner_references
-        if any(owner.kind == "DaemonSet" for owner in owners):
-            return "pod is a DaemonSet pod"
+        for owner in owners:
+            if owner.kind == "DaemonSet":
+                return "pod is a DaemonSet pod"
         if (
             not owners
             and self._bare
@@ -834,12 +855,25 @@ class CycleEvictor:
             return f"{count} pods of namespace {namespace} are migrating"
         if not workload or not (self._per_workload or self._unavailable):
             return ""
+        # A workload's verdict changes only when one more pod migrates: pods of the same
+        # workload reuse it while the number of migrating pods stays the same.
+        count = len(ledger.migrating)
+        if self._verdict_at.get(workload) == count:
+            return self._verdicts[workload]
+        verdict = self._workload_limits(workload)
+        self._verdict_at[workload] = count
+        self._verdicts[workload] = verdict
+        return verdict
+
+    def _workload_limits(self, workload: str) -> str:
+        ledger = self._ledger
         _, most_migrating, most_unavailable = self._workload(workload)
         migrating = ledger.migrating_per_workload.get(workload, _NONE)
         if self._per_workload and len(migrating) >= most_migrating:
             return f"{len(migrating)} pods of the workload are migrating"
         if self._unavailable:
-            unavailable = len(migrating | ledger.not_ready(workload))
+            not_ready = ledger.not_ready(workload)
+            unavailable = len(migrating | not_ready) if migrating else len(not_ready)
             if unavailable >= most_unavailable:
                 return f"{unavailable} pods of the workload are unavailable"
         return ""

@@ -24,6 +24,7 @@ from typing import Protocol, runtime_checkable
 
 from apis.core import Node, Pod
 from apis.slo import NodeMetric
+from controller.descheduler import nodefit
 
 __all__ = [
     "BalancePlugin",
@@ -59,9 +60,49 @@ class CycleView:
     #: Every node of the cluster (also those the selectors left out), by name: a pod may move
     #: to any of them.
     all_nodes: Mapping[str, Node] = field(default_factory=dict)
+    #: Nodes with a pod the evictor would evict directly (``EvictDirectly``), when known.
+    #: Admitting such a pod counts it as migrating at once, which can change the evictor's
+    #: filter for the node's other pods; on every other node admitting pods leaves the
+    #: filter's answer for the node's other pods as it was (see :meth:`filter_holds_on`).
+    #: None: not known, every node counts as one.
+    direct_nodes: frozenset[str] | None = None
+    #: Memos of :meth:`request_of` (by pod identity; ``_asked`` keeps those pods alive, so no
+    #: identity is reused) and of :meth:`requested_on` (by node name), filled as plugins and
+    #: the evictor ask.
+    _requests: dict[int, dict[str, int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _asked: list[Pod] = field(default_factory=list, init=False, repr=False, compare=False)
+    _requested: dict[str, dict[str, int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def pods_on(self, node: str) -> Sequence[Pod]:
         return self.pods_by_node.get(node, ())
+
+    def filter_holds_on(self, node: str) -> bool:
+        """Whether the evictor's filter keeps its answer for each pod of ``node`` while other
+        pods of the node are admitted: a plugin may then ask it pod by pod as it goes instead
+        of for every pod up front."""
+        return self.direct_nodes is not None and node not in self.direct_nodes
+
+    def request_of(self, pod: Pod) -> Mapping[str, int]:
+        """``pod``'s effective request (:func:`~controller.descheduler.nodefit.request_of`),
+        worked out once per view. Shared: never modify it."""
+        found = self._requests.get(id(pod))
+        if found is None:
+            found = self._requests[id(pod)] = nodefit.request_of(pod)
+            self._asked.append(pod)
+        return found
+
+    def requested_on(self, node: str) -> Mapping[str, int]:
+        """The requests of the pods on ``node`` summed, ``pods`` their number
+        (:func:`~controller.descheduler.nodefit.requested`), once per view. Shared: never
+        modify it; copy it to book more on the node."""
+        found = self._requested.get(node)
+        if found is None:
+            found = self._requested[node] = nodefit.requested(self.pods_on(node), self.request_of)
+        return found
 
 
 @dataclass(frozen=True, slots=True)

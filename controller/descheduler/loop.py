@@ -65,6 +65,7 @@ from controller.descheduler.evictor import (
     MigrationControllerArgs,
     TokenBucket,
     controller_uid,
+    direct_nodes,
 )
 from controller.descheduler.framework import BalancePlugin, CycleView, DeschedulePlugin, Status
 from controller.descheduler.metrics import ERROR, SUCCESS, DeschedulerMetrics
@@ -187,7 +188,8 @@ class DeschedulerLoop:
         if self._ran and config.interval <= 0:
             return None
         self._cycle(ctx, snapshot, config, now)
-        self._job_metrics(ctx, ctx.store.snapshot())
+        if self._metrics is not None:
+            self._job_metrics(ctx, ctx.store.snapshot())
         self._ran = True
         if config.interval <= 0:
             return None
@@ -286,17 +288,34 @@ class DeschedulerLoop:
         self._too_few_nodes = False
         pods_by_node: dict[str, list[Pod]] = {}
         workload_pods: dict[str, list[Pod]] = {}
+        #: spec.schedulerName -> the nodes with a pod of that scheduler
+        nodes_by_scheduler: dict[str, set[str]] = {}
         pod_kind = registry.for_type(Pod)
         for obj in snapshot.objects(pod_kind):
             if not isinstance(obj, Pod):
                 continue
             if obj.metadata.deletion_timestamp is not None or obj.is_terminated:
                 continue
+            # get-then-append: setdefault would build a list for every pod
             workload = controller_uid(obj)
             if workload:
-                workload_pods.setdefault(workload, []).append(obj)
-            if obj.spec.node_name:
-                pods_by_node.setdefault(obj.spec.node_name, []).append(obj)
+                same = workload_pods.get(workload)
+                if same is None:
+                    workload_pods[workload] = [obj]
+                else:
+                    same.append(obj)
+            node = obj.spec.node_name
+            if node:
+                on_node = pods_by_node.get(node)
+                if on_node is None:
+                    pods_by_node[node] = [obj]
+                else:
+                    on_node.append(obj)
+                scheduled_by = nodes_by_scheduler.get(obj.spec.scheduler_name)
+                if scheduled_by is None:
+                    nodes_by_scheduler[obj.spec.scheduler_name] = {node}
+                else:
+                    scheduled_by.add(node)
         migrations = []
         for job in snapshot.objects(registry.for_type(PodMigrationJob)):
             if not isinstance(job, PodMigrationJob) or job.status.phase not in _ACTIVE_PHASES:
@@ -340,6 +359,7 @@ class DeschedulerLoop:
                 pods_by_node=pods_by_node,
                 metrics=node_metrics,
                 all_nodes=everywhere,
+                direct_nodes=direct_nodes(plugins.evictor_args, nodes_by_scheduler),
             )
             evictor = CycleEvictor(
                 view,

@@ -5,27 +5,58 @@ node affinity match the node; every ``NoSchedule``/``NoExecute`` taint of the no
 and the node's allocatable holds the requests of the pods already on it, plus ``promised``
 (what earlier decisions of the same cycle placed there), plus the pod's own request, for every
 resource the pod requests (``pods`` counts one per pod).
+
+:func:`request_of` is :func:`apis.core.pod_requests` as a plain dict, with a short way for the
+common pod (containers only: no init containers, overhead or pod-level resources); the cycle's
+:class:`~controller.descheduler.framework.CycleView` keeps it per pod for the cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from apis.core import Node, Pod, pod_requests
 from controller.scheduler.plugins.nodeaffinity import selector_matches
 from controller.scheduler.plugins.tainttoleration import tolerated
 
-__all__ = ["PODS", "fits", "requested", "why_not"]
+__all__ = ["PODS", "fits", "request_of", "requested", "why_not"]
 
 PODS = "pods"
 _HARD_EFFECTS = ("NoSchedule", "NoExecute")
 
 
-def requested(pods: Sequence[Pod]) -> dict[str, int]:
-    """The requests of ``pods`` summed (with ``pods`` = their number)."""
+def request_of(pod: Pod) -> dict[str, int]:
+    """``pod``'s effective request (:func:`apis.core.pod_requests`), names in order, as a new
+    dict."""
+    spec = pod.spec
+    pod_level = spec.resources
+    if spec.init_containers or spec.overhead or pod_level.requests or pod_level.limits:
+        return dict(pod_requests(pod))
+    containers = spec.containers
+    if len(containers) == 1 and not containers[0].resources.limits:
+        requests = containers[0].resources.requests
+        return {name: requests[name] for name in requests}
+    # The containers' requests summed, a limit standing in for a missing request.
+    total: dict[str, int] = {}
+    for container in containers:
+        requests = container.resources.requests
+        limits = container.resources.limits
+        for name in limits:
+            if name not in requests:
+                total[name] = total.get(name, 0) + limits[name]
+        for name in requests:
+            total[name] = total.get(name, 0) + requests[name]
+    return dict(sorted(total.items()))
+
+
+def requested(
+    pods: Sequence[Pod], request: Callable[[Pod], Mapping[str, int]] = request_of
+) -> dict[str, int]:
+    """The requests of ``pods`` summed (with ``pods`` = their number); ``request`` gives each
+    pod's (a cycle's memo of :func:`request_of`)."""
     total: dict[str, int] = {PODS: len(pods)}
     for pod in pods:
-        for name, amount in pod_requests(pod).items():
+        for name, amount in request(pod).items():
             total[name] = total.get(name, 0) + amount
     return total
 
@@ -37,9 +68,11 @@ def why_not(
     *,
     promised: Mapping[str, int] | None = None,
     used: Mapping[str, int] | None = None,
+    request: Mapping[str, int] | None = None,
 ) -> str:
     """Why ``pod`` does not fit on ``node`` ("" when it fits). ``used`` replaces the sum of
-    ``pods_on_node``'s requests when the caller keeps it already."""
+    ``pods_on_node``'s requests, and ``request`` the pod's own request, when the caller keeps
+    them already."""
     if node.spec.unschedulable:
         return "node is unschedulable"
     labels = node.metadata.labels
@@ -60,7 +93,7 @@ def why_not(
     base = dict(used) if used is not None else requested(pods_on_node)
     for name, amount in (promised or {}).items():
         base[name] = base.get(name, 0) + amount
-    need = {**pod_requests(pod), PODS: 1}
+    need = {**(request if request is not None else pod_requests(pod)), PODS: 1}
     allocatable = node.allocatable
     for name, amount in need.items():
         if amount <= 0:
@@ -82,6 +115,7 @@ def fits(
     *,
     promised: Mapping[str, int] | None = None,
     used: Mapping[str, int] | None = None,
+    request: Mapping[str, int] | None = None,
 ) -> bool:
     """Whether ``pod`` fits on ``node`` (see :func:`why_not`)."""
-    return not why_not(pod, node, pods_on_node, promised=promised, used=used)
+    return not why_not(pod, node, pods_on_node, promised=promised, used=used, request=request)

@@ -35,6 +35,7 @@ another plugin already asked to evict in this cycle is not a candidate.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
@@ -48,7 +49,6 @@ from apis.core import (
     Pod,
     PodSpec,
     Toleration,
-    pod_requests,
 )
 from apis.labels import Selector, SelectorError
 from apis.meta import LabelSelector, Model
@@ -234,18 +234,15 @@ def container_requests_sum(pod: Pod) -> dict[str, int]:
     return total
 
 
-def _is_plain(pod: Pod) -> bool:
-    """Whether ``pod``'s request is just the sum of its containers' requests."""
-    spec = pod.spec
-    return not (
-        spec.init_containers or spec.overhead or spec.resources.requests or spec.resources.limits
-    )
-
-
 def candidate_order(pod: Pod) -> tuple[int, int, str, str]:
     """Sort key of candidates: summed container cpu, then memory request, then namespace/name."""
-    summed = container_requests_sum(pod)
     meta = pod.metadata
+    containers = pod.spec.containers
+    if len(containers) == 1 and not containers[0].resources.limits:
+        # One container without limits (the common pod): its requests are the sum.
+        requests = containers[0].resources.requests
+        return requests.get(_CPU, 0), requests.get(_MEMORY, 0), meta.namespace, meta.name
+    summed = container_requests_sum(pod)
     return summed.get(_CPU, 0), summed.get(_MEMORY, 0), meta.namespace, meta.name
 
 
@@ -299,26 +296,19 @@ class _Ledger:
         key = id(pod)
         found = self._needs.get(key)
         if found is None:
-            found = container_requests_sum(pod) if _is_plain(pod) else dict(pod_requests(pod))
-            found[nodefit.PODS] = 1
-            self._needs[key] = found
+            found = self._needs[key] = {**self._view.request_of(pod), nodefit.PODS: 1}
         return found
 
-    def order(self, pod: Pod) -> tuple[int, int, str, str]:
-        """:func:`candidate_order`, from the cached need when that is the containers' sum."""
-        if not _is_plain(pod):
-            return candidate_order(pod)
-        need = self.need(pod)
-        meta = pod.metadata
-        return need.get(_CPU, 0), need.get(_MEMORY, 0), meta.namespace, meta.name
-
     def load(self, node: str) -> dict[str, int]:
+        """The needs of the pods on ``node`` summed, plus what the call promised to it."""
         found = self._loads.get(node)
         if found is None:
-            found = {}
-            for pod in self._view.pods_on(node):
-                for name, amount in self.need(pod).items():
-                    found[name] = found.get(name, 0) + amount
+            found = dict(self._view.requested_on(node))
+            pods = len(self._view.pods_on(node))
+            if pods:
+                found[nodefit.PODS] = pods  # one each, whatever a pod's own request says
+            else:
+                del found[nodefit.PODS]
             self._loads[node] = found
         return found
 
@@ -345,6 +335,10 @@ class _Targets:
     A drain first *holds* capacity for its pods: held capacity counts in the full check but
     leaves the tree alone (the tree then over-states what remains, which only prunes less), so
     giving it back is free; what is evicted is promised for good.
+
+    A node's load is summed only when a search first reaches it: until then its leaves hold
+    no bound (infinity), which, like held capacity, only prunes less. First fit fills the
+    targets from the front, so most targets of a large tier are never summed.
     """
 
     def __init__(self, nodes: Sequence[Node], ledger: _Ledger, *, node_fit: bool) -> None:
@@ -362,38 +356,44 @@ class _Targets:
             )
             for node in self.nodes
         ]
-        self._loads = [ledger.load(node.metadata.name) for node in self.nodes]
+        #: The ledger's load of each node, once a search reached it.
+        self._loads: list[dict[str, int] | None] = [None] * len(self.nodes)
         self._held: dict[int, dict[str, int]] = {}
         size = 1
         while size < len(self.nodes):
             size *= 2
         self._size = size
-        # Max-trees of the remaining cpu, memory and pods; leaves at [size, 2 * size).
-        self._trees = tuple([-_UNLIMITED] * (2 * size) for _ in range(3))
-        for i in range(len(self.nodes)):
-            self._refresh(i, full=True)
+        # Max-trees of the remaining cpu, memory and pods; leaves at [size, 2 * size), those of
+        # nodes not summed yet at infinity.
+        count = len(self.nodes)
+        self._trees: tuple[list[float], ...] = tuple([-_UNLIMITED] * (2 * size) for _ in range(3))
+        for tree in self._trees:
+            tree[size : size + count] = [math.inf] * count
+            for v in range(size - 1, 0, -1):
+                tree[v] = max(tree[2 * v], tree[2 * v + 1])
+
+    def _load(self, i: int) -> dict[str, int]:
+        """Target ``i``'s load (summed on first use, its leaves then set)."""
+        load = self._loads[i]
+        if load is None:
+            load = self._loads[i] = self._ledger.load(self.nodes[i].metadata.name)
+            self._refresh(i)
+        return load
 
     def _remaining(self, i: int) -> tuple[int, int, int]:
         cpu, memory, pods = self._caps[i]
-        load = self._loads[i]
+        load = self._load(i)
         return (
             cpu - load.get(_CPU, 0),
             memory - load.get(_MEMORY, 0),
             pods - load.get(nodefit.PODS, 0),
         )
 
-    def _refresh(self, i: int, *, full: bool = False) -> None:
+    def _refresh(self, i: int) -> None:
         v = self._size + i
         trees = self._trees
         for tree, value in zip(trees, self._remaining(i), strict=True):
             tree[v] = value
-        if full:
-            v //= 2
-            while v:
-                for tree in trees:
-                    tree[v] = max(tree[2 * v], tree[2 * v + 1])
-                v //= 2
-            return
         while v > 1:
             v //= 2
             changed = False
@@ -426,7 +426,7 @@ class _Targets:
         if not self._static_fit(constraints, i):
             return False
         allocatable = self.nodes[i].allocatable
-        load = self._loads[i]
+        load = self._load(i)
         for name, amount in need.items():
             if amount <= 0:
                 continue
@@ -543,17 +543,20 @@ class CustomPriority:
                 node_fit=self.args.node_fit,
             )
             for node in source.nodes:
-                if not evictor.can_evict_from(node.metadata.name):
+                name = node.metadata.name
+                if not evictor.can_evict_from(name):
                     continue  # the cycle's limits leave nothing to take from this node
-                candidates = self._candidates(
-                    view.pods_on(node.metadata.name), evictor, taken, ledger
-                )
+                drain = self.args.mode == DRAIN_NODE
+                # BestEffort stops early (limits, misses): where the filter holds, it is asked
+                # only for the candidates the loop reaches.
+                lazy = not drain and view.filter_holds_on(name)
+                candidates = self._candidates(view.pods_on(name), evictor, taken, lazy=lazy)
                 if not candidates:
                     continue
-                if self.args.mode == DRAIN_NODE:
+                if drain:
                     self._drain(node, source.name, candidates, targets, ledger, evictor)
                 else:
-                    self._best_effort(source.name, candidates, targets, evictor)
+                    self._best_effort(source.name, candidates, targets, evictor, lazy=lazy)
         return Status()
 
     def _candidates(
@@ -561,32 +564,44 @@ class CustomPriority:
         pods: Sequence[Pod],
         evictor: Evictor,
         taken: set[tuple[str, str]],
-        ledger: _Ledger,
+        *,
+        lazy: bool = False,
     ) -> list[Pod]:
+        """The candidates of a source node in order (``lazy``: the evictor's filter left to
+        the caller)."""
         namespaces = self.args.evictable_namespaces
         selectors = self._pod_selectors
         found = []
         for pod in pods:
             meta = pod.metadata
-            if (meta.namespace, meta.name) in taken:
+            if taken and (meta.namespace, meta.name) in taken:
                 continue
             if namespaces is not None and not namespaces.allows(meta.namespace):
                 continue
             if selectors and not any(s.matches(meta.labels) for s in selectors):
                 continue
-            if evictor.filter(pod):
+            if lazy or evictor.filter(pod):
                 found.append(pod)
-        found.sort(key=ledger.order)
+        found.sort(key=candidate_order)
         return found
 
     def _best_effort(
-        self, tier: str, candidates: Sequence[Pod], targets: _Targets, evictor: Evictor
+        self,
+        tier: str,
+        candidates: Sequence[Pod],
+        targets: _Targets,
+        evictor: Evictor,
+        *,
+        lazy: bool = False,
     ) -> None:
+        """Evict ``candidates`` one by one (``lazy``: those the evictor's filter passes)."""
         reason = f"evicting from {tier} priority resource to lower priority resource"
         misses = 0
         for pod in candidates:
             if not evictor.can_evict_from(pod.spec.node_name):
                 return
+            if lazy and not evictor.filter(pod):
+                continue
             target = None
             if self.args.node_fit:
                 target = targets.first_fit(pod)

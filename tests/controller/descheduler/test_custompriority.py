@@ -19,6 +19,7 @@ from apis.core import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
     Pod,
+    ResourceRequirements,
     Taint,
     Toleration,
 )
@@ -38,6 +39,8 @@ from controller.descheduler.plugins.custompriority import (
     CustomPriority,
     CustomPriorityArgs,
     EvictionTier,
+    candidate_order,
+    container_requests_sum,
 )
 from tests.controller.descheduler.conftest import GI, T0, make_node, make_pod
 
@@ -123,7 +126,9 @@ def make_args(**fields: Any) -> CustomPriorityArgs:
     return decode_as(raw, CustomPriorityArgs)
 
 
-def make_view(nodes: Sequence[Node], pods: Iterable[Pod]) -> CycleView:
+def make_view(
+    nodes: Sequence[Node], pods: Iterable[Pod], direct_nodes: frozenset[str] | None = None
+) -> CycleView:
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
         by_node.setdefault(pod.spec.node_name, []).append(pod)
@@ -132,6 +137,7 @@ def make_view(nodes: Sequence[Node], pods: Iterable[Pod]) -> CycleView:
         nodes=sorted(nodes, key=lambda n: n.metadata.name),
         pods_by_node=by_node,
         all_nodes={n.metadata.name: n for n in nodes},
+        direct_nodes=direct_nodes,
     )
 
 
@@ -140,9 +146,11 @@ def balance(
     nodes: Sequence[Node],
     pods: Iterable[Pod],
     evictor: FakeEvictor | None = None,
+    *,
+    direct_nodes: frozenset[str] | None = None,
 ) -> FakeEvictor:
     evictor = evictor or FakeEvictor()
-    status = CustomPriority(args).balance(make_view(nodes, pods), evictor)
+    status = CustomPriority(args).balance(make_view(nodes, pods, direct_nodes), evictor)
     assert status == Status()
     return evictor
 
@@ -792,3 +800,103 @@ def test_drain_evicts_all_candidates_of_a_node_or_none(
         assert mine in (set(), candidates), n.metadata.name
         if mine and not n.spec.unschedulable:
             assert n.metadata.name in evictor.cordoned
+
+
+@pytest.mark.parametrize("mode", ["BestEffort", "DrainNode"])
+def test_targets_full_of_their_own_pods_are_passed_over(mode: str) -> None:
+    # Seven reserved nodes, the first six filled by their own pods: the pods of src can only
+    # go to the last one, and it takes two of the three.
+    targets = [node(f"dst{i}", RS, cpu=8) for i in range(7)]
+    residents = [pod(f"resident{i}", f"dst{i}", cpu=7) for i in range(6)]
+    pods = [pod(f"p{i}", "src", cpu=4) for i in (1, 2, 3)]
+    expected = ["p1", "p2"] if mode == "BestEffort" else []
+    nodes = [node("src", OD, cpu=16), *targets]
+    assert evicted(balance(make_args(mode=mode), nodes, [*residents, *pods])) == expected
+
+
+def _two_containers(p: Pod, limits: Mapping[str, int]) -> Pod:
+    main = p.spec.containers[0]
+    side = msgspec.structs.replace(
+        main,
+        name="side",
+        resources=msgspec.structs.replace(main.resources, limits=ResourceList(limits)),
+    )
+    return with_spec(p, containers=(main, side))
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        pytest.param(pod("p", "src", cpu=2), id="one container"),
+        pytest.param(
+            with_spec(
+                pod("p", "src", cpu=2),
+                containers=(
+                    msgspec.structs.replace(
+                        pod("p", "src").spec.containers[0],
+                        resources=ResourceRequirements(
+                            requests=ResourceList({"cpu": 500}),
+                            limits=ResourceList({"cpu": 900, "memory": 3 * GI}),
+                        ),
+                    ),
+                ),
+            ),
+            id="a limit stands in for the missing memory request",
+        ),
+        pytest.param(_two_containers(pod("p", "src", cpu=2), {"cpu": 100}), id="two containers"),
+    ],
+)
+def test_candidate_order_sums_the_containers(candidate: Pod) -> None:
+    summed = container_requests_sum(candidate)
+    assert candidate_order(candidate) == (
+        summed.get("cpu", 0),
+        summed.get("memory", 0),
+        candidate.metadata.namespace,
+        candidate.metadata.name,
+    )
+
+
+class CountingEvictor(FakeEvictor):
+    """A :class:`FakeEvictor` that records the pods its filter was asked about."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.asked: list[str] = []
+
+    def filter(self, pod: Pod) -> bool:
+        self.asked.append(pod.metadata.name)
+        return super().filter(pod)
+
+
+@pytest.mark.parametrize(
+    ("direct_nodes", "asked"),
+    [
+        pytest.param(None, 5, id="filter not known to hold: every pod asked up front"),
+        pytest.param(frozenset({"src"}), 5, id="src has pods evicted directly: the same"),
+        pytest.param(frozenset(), 3, id="filter holds: asked as the loop reaches a pod"),
+    ],
+)
+def test_best_effort_asks_the_filter_lazily_where_it_holds(
+    direct_nodes: frozenset[str] | None, asked: int
+) -> None:
+    nodes = [node("src", OD), node("dst", RS, cpu=32)]
+    pods = [pod(f"p{i}", "src", cpu=1 + i / 10) for i in range(5)]
+    evictor = CountingEvictor(reject=["p1"], limit=2)
+    balance(make_args(), nodes, pods, evictor, direct_nodes=direct_nodes)
+    # The same evictions either way: p1 rejected, the limit reached after p0 and p2.
+    assert evicted(evictor) == ["p0", "p2"]
+    assert len(evictor.asked) == asked
+
+
+@pytest.mark.parametrize("direct_nodes", [None, frozenset()])
+def test_lazy_filter_keeps_the_miss_count(direct_nodes: frozenset[str] | None) -> None:
+    nodes = [node("src", OD), node("dst", RS)]
+    misses = [
+        with_spec(pod(f"m{i}", "src", cpu=0.1 * (i + 1)), node_selector={"zone": "nowhere"})
+        for i in range(6)
+    ]
+    # m0..m3 miss, "gone" is rejected by the filter (no candidate, no miss), m4 is the fifth
+    # miss: "last" is never reached.
+    pods = [*misses[:4], pod("gone", "src", cpu=0.45), misses[4], pod("last", "src", cpu=2)]
+    evictor = FakeEvictor(reject=["gone"])
+    assert evicted(balance(make_args(), nodes, pods, evictor, direct_nodes=direct_nodes)) == []

@@ -627,6 +627,25 @@ def test_eviction_mode(fields: dict[str, Any], scheduler: str, mode: str) -> Non
     assert ev.eviction_mode(web(scheduler=scheduler), margs(**fields)) == mode
 
 
+@pytest.mark.parametrize(
+    ("fields", "direct"),
+    [
+        pytest.param({}, {"n2", "n3"}, id="pods of other schedulers, by name or by default"),
+        pytest.param({"schedulerNames": ["koord-scheduler", "default-scheduler"]}, set(), id="all"),
+        pytest.param({"defaultJobMode": "EvictDirectly"}, {"n1", "n2", "n3"}, id="every node"),
+    ],
+)
+def test_direct_nodes_are_those_with_a_pod_evicted_directly(
+    fields: dict[str, Any], direct: set[str]
+) -> None:
+    by_scheduler = {"koord-scheduler": {"n1", "n2"}, "default-scheduler": {"n2"}, "": {"n3"}}
+    args = margs(**fields)
+    assert ev.direct_nodes(args, by_scheduler) == direct
+    for scheduler, nodes in by_scheduler.items():
+        if ev.eviction_mode(web(scheduler=scheduler), args) == "EvictDirectly":
+            assert nodes <= ev.direct_nodes(args, by_scheduler)
+
+
 def test_dry_run_records_proposals_and_cordons_can_be_taken_back() -> None:
     pod = web()
     subject = evictor([pod, *siblings()], dry_run=True)

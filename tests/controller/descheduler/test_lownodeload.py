@@ -4,6 +4,7 @@ anomaly counting, pools, sorting and the eviction reasons."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -685,3 +686,25 @@ def test_with_node_fit_evicted_pods_fit_the_targets(
         # Every evicted pod fits some target on its own.
         cpu = pod_requests(intent.pod).get("cpu", 0)
         assert any(cpu <= min((75 - u) * CORE, a * CORE) for u, a in targets)
+
+
+def test_first_fit_passes_over_full_targets_and_fills_leftover_room(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster = Cluster()
+    # 366 of 400 cores used, 300 the high level: big pods go first (most usage over the level).
+    cluster.node("hot", cores=400, pods=[*_pods(12, 30, "big"), *_pods(2, 3, "small")])
+    # Coldest first: "a" has 35 cores of room below 75%, "b" 31.
+    cluster.node("a", system=40)
+    cluster.node("b", system=44)
+    with caplog.at_level("INFO", logger="controller.descheduler.plugins.lownodeload.plugin"):
+        evictor = _run(AT_ONCE, cluster)
+    moves = [
+        (found[1], found[2])
+        for r in caplog.records
+        if (found := re.match(r"LowNodeLoad: evicting (\S+) from \S+ to (\S+):", r.getMessage()))
+    ]
+    # big00 fills "a" to 5 cores of room, big01 "b" to 1; no target takes a big pod any more,
+    # but "a" still takes a small one.
+    assert moves == [("default/big00", "a"), ("default/big01", "b"), ("default/small00", "a")]
+    assert evictor.evicted() == ["big00", "big01", "small00"]

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from apis.core import Pod, pod_requests
+from apis.core import Pod
 from apis.labels import Selector
 from apis.qos import PriorityClass, priority_class
 from controller.descheduler import nodefit
@@ -100,8 +100,25 @@ class _Cycle:
     def requests_on(self, name: str) -> dict[str, int]:
         used = self.requested.get(name)
         if used is None:
-            used = self.requested[name] = nodefit.requested(self.view.pods_on(name))
+            used = self.requested[name] = dict(self.view.requested_on(name))
         return used
+
+
+@dataclass(slots=True)
+class _Targets:
+    """The targets of one pass in order, for first-fit searches (runtime only).
+
+    A target whose room for some resource is below the smallest usage of that resource among
+    the pass's pods (``lowest``) can take none of them: nothing is booked on it again, so its
+    room never grows back. ``start`` moves past such targets at the front, and searches begin
+    there.
+    """
+
+    names: tuple[str, ...]
+    #: Resource -> the smallest usage of a pod of the pass's sources (absent: 0).
+    lowest: dict[str, int]
+    #: Targets before this place can take no pod of the pass.
+    start: int = 0
 
 
 def _is_prod(pod: Pod) -> bool:
@@ -277,19 +294,37 @@ class LowNodeLoad:
         cycle: _Cycle,
         pod: Pod,
         amounts: Mapping[str, int],
-        targets: Sequence[str],
+        targets: _Targets,
         *,
         prod: bool,
     ) -> str | None:
         """The first target that fits ``pod`` (requests and usage), if any."""
-        for name in targets:
+        resources = cycle.resources
+        wanted = [(r, amounts.get(r, 0)) for r in resources]
+        request = cycle.view.request_of(pod)
+        names = targets.names
+        for i in range(targets.start, len(names)):
+            name = names[i]
             space = self._room(cycle, name, prod=prod)
-            if any(amounts.get(r, 0) > space[r] for r in cycle.resources):
+            if any(amount > space[r] for r, amount in wanted):
                 continue
             node = cycle.by_name[name].node
-            if nodefit.fits(pod, node, used=cycle.requests_on(name)):
+            if nodefit.fits(pod, node, used=cycle.requests_on(name), request=request):
                 return name
         return None
+
+    def _skip_full(self, cycle: _Cycle, targets: _Targets, *, prod: bool) -> None:
+        """Move ``targets.start`` past the targets at the front that can take no pod of the
+        pass any more."""
+        names = targets.names
+        lowest = targets.lowest
+        i = targets.start
+        while i < len(names):
+            space = self._room(cycle, names[i], prod=prod)
+            if not any(space[r] < lowest.get(r, 0) for r in cycle.resources):
+                break
+            i += 1
+        targets.start = i
 
     def _selected(self, pod: Pod) -> bool:
         namespaces = self.args.evictable_namespaces
@@ -313,54 +348,85 @@ class LowNodeLoad:
 
         ordered_targets = sorted(targets, key=lambda n: (node_score(n), n))
         budget = self._budget(cycle, ordered_targets, prod=prod)
+        lowest: dict[str, int] = {}
+        for source in sources:
+            for amounts in by_name[source].pod_usage.values():
+                for r in resources:
+                    amount = amounts.get(r, 0)
+                    if amount < lowest.get(r, amount + 1):
+                        lowest[r] = amount
+        scan = _Targets(tuple(ordered_targets), lowest)
+        self._skip_full(cycle, scan, prod=prod)
         detectors = self.prod_detectors if prod else self.node_detectors
         for source in sorted(sources, key=lambda n: (-node_score(n), n)):
-            self._drain(cycle, by_name[source], ordered_targets, budget, all_levels, prod=prod)
+            self._drain(cycle, by_name[source], scan, budget, all_levels, prod=prod)
             key = (pool.name, source)
             if not is_over(current[source], all_levels[source].high):
                 detectors.reset(key, cycle.view.now)
             elif detectors.state(key, cycle.view.now) is State.ANOMALY:
                 detectors.mark(key, pool.anomaly, normal=True, now=cycle.view.now)
 
-    def _candidates(
-        self, cycle: _Cycle, source: NodeUsage, targets: Sequence[str], *, prod: bool
-    ) -> list[Pod]:
-        evictor = cycle.evictor
+    def _candidates(self, cycle: _Cycle, source: NodeUsage, *, prod: bool) -> list[Pod]:
+        """The source's pods with a reported usage, not taken, selected (and koord-prod in the
+        prod pass); the evictor's filter and the targets are asked later, pod by pod."""
         found: list[Pod] = []
-        if not evictor.can_evict_from(source.name):
-            return found  # the cycle's limits leave nothing to take from this node
         for pod in source.pods:
             key = pod_key(pod)
-            amounts = source.pod_usage.get(key)
-            if amounts is None or key in cycle.taken:
+            if key not in source.pod_usage or key in cycle.taken:
                 continue
             if prod and not _is_prod(pod):
                 continue
-            if not self._selected(pod) or not evictor.filter(pod):
-                continue
-            if (
-                self.args.node_fit
-                and self._target_for(cycle, pod, amounts, targets, prod=prod) is None
-            ):
-                continue
-            found.append(pod)
+            if self._selected(pod):
+                found.append(pod)
         return found
+
+    def _grows_nothing(self, cycle: _Cycle, source: NodeUsage, pods: Sequence[Pod]) -> bool:
+        """Whether moving any of ``pods`` only adds to a target's usage and requests (no
+        negative amount): then a pod that fits no target now fits none later in the pass."""
+        resources = cycle.resources
+        for pod in pods:
+            amounts = source.pod_usage[pod_key(pod)]
+            if any(amounts.get(r, 0) < 0 for r in resources):
+                return False
+            if any(amount < 0 for amount in cycle.view.request_of(pod).values()):
+                return False
+        return True
 
     def _drain(
         self,
         cycle: _Cycle,
         source: NodeUsage,
-        targets: Sequence[str],
+        targets: _Targets,
         budget: dict[str, float],
         all_levels: Mapping[str, Levels],
         *,
         prod: bool,
     ) -> None:
+        """Evict the source's candidates in order while it is over its high level.
+
+        A candidate passes the evictor's filter and, with ``nodeFit``, fits some target, both
+        as the source's turn begins. The filter only ever refuses more as evictions are
+        admitted, and targets only fill up, so both are asked lazily, when a pod's turn comes
+        (a pod refused then would be refused by ``evict`` anyway); only when some pod would
+        give a target room back are the targets asked for every pod up front.
+        """
         name = source.name
+        evictor = cycle.evictor
+        if not evictor.can_evict_from(name):
+            return  # the cycle's limits leave nothing to take from this node
         current = cycle.prod_usage if prod else cycle.usage
         high = all_levels[name].high
-        candidates = self._candidates(cycle, source, targets, prod=prod)
-        if not candidates:
+        node_fit = self.args.node_fit
+        pods = self._candidates(cycle, source, prod=prod)
+        if node_fit and pods and not self._grows_nothing(cycle, source, pods):
+            pods = [
+                pod
+                for pod in pods
+                if evictor.filter(pod)
+                and self._target_for(cycle, pod, source.pod_usage[pod_key(pod)], targets, prod=prod)
+                is not None
+            ]
+        if not pods:
             return
         over = [r for r in cycle.resources if current[name].get(r, 0) > high[r]]
         over_weights = {r: cycle.pool.resource_weights.get(r, 1) for r in over}
@@ -376,26 +442,30 @@ class LowNodeLoad:
                 pod.metadata.name,
             )
 
-        for pod in sorted(candidates, key=order):
+        for pod in sorted(pods, key=order):
             if not is_over(current[name], high) or any(v <= 0 for v in budget.values()):
                 return
-            if not cycle.evictor.can_evict_from(name):
+            if not evictor.can_evict_from(name):
                 return
+            if not evictor.filter(pod):
+                continue
             key = pod_key(pod)
             amounts = source.pod_usage[key]
             target = None
-            if self.args.node_fit:
+            if node_fit:
                 target = self._target_for(cycle, pod, amounts, targets, prod=prod)
                 if target is None:
                     continue
-            if not cycle.evictor.pre_eviction_filter(pod):
+            if not evictor.pre_eviction_filter(pod):
                 continue
             reason = over_text(current[name], high, source.capacity, prod=prod)
-            if not cycle.evictor.evict(pod, plugin=NAME, reason=reason):
+            if not evictor.evict(pod, plugin=NAME, reason=reason):
                 continue
             log.info("LowNodeLoad: evicting %s from %s to %s: %s", key, name, target, reason)
             cycle.taken.add(key)
             self._move(cycle, pod, amounts, name, target, budget)
+            if target is not None:
+                self._skip_full(cycle, targets, prod=prod)
 
     @staticmethod
     def _move(
@@ -424,5 +494,5 @@ class LowNodeLoad:
             cycle.rooms.pop((target, False), None)
             cycle.rooms.pop((target, True), None)
             requested = cycle.requests_on(target)
-            for resource, amount in {**pod_requests(pod), nodefit.PODS: 1}.items():
+            for resource, amount in {**cycle.view.request_of(pod), nodefit.PODS: 1}.items():
                 requested[resource] = requested.get(resource, 0) + amount

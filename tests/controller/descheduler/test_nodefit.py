@@ -1,0 +1,143 @@
+"""Pod requests for node fit, and the cycle view's per-cycle memo of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from apis.core import Container, Pod, ResourceRequirements, pod_requests
+from apis.resources import ResourceList
+from controller.descheduler import nodefit
+from controller.descheduler.framework import CycleView
+from tests.controller.descheduler.conftest import GI, T0, make_node, make_pod
+
+
+def _container(name: str, requests: dict[str, int], limits: dict[str, int]) -> Container:
+    return Container(
+        name=name,
+        resources=ResourceRequirements(
+            requests=ResourceList(requests), limits=ResourceList(limits)
+        ),
+    )
+
+
+def _with(pod: Pod, **spec: Any) -> Pod:
+    return msgspec.structs.replace(pod, spec=msgspec.structs.replace(pod.spec, **spec))
+
+
+BASE = make_pod("p", cpu=500, memory=GI)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        pytest.param(BASE, id="one container, requests only"),
+        pytest.param(make_pod("p"), id="no requests"),
+        pytest.param(_with(BASE, containers=()), id="no containers"),
+        pytest.param(
+            _with(BASE, containers=(_container("a", {"cpu": 100}, {"cpu": 200, "memory": GI}),)),
+            id="a limit stands in for a missing request",
+        ),
+        pytest.param(
+            _with(
+                BASE,
+                containers=(
+                    _container("a", {"memory": GI}, {}),
+                    _container("b", {"cpu": 300}, {"nvidia.com/gpu": 1}),
+                ),
+            ),
+            id="containers summed",
+        ),
+        pytest.param(
+            _with(BASE, init_containers=(_container("init", {"cpu": 4000}, {}),)),
+            id="init container peak",
+        ),
+        pytest.param(_with(BASE, overhead=ResourceList({"cpu": 50})), id="overhead"),
+        pytest.param(
+            _with(
+                BASE,
+                resources=ResourceRequirements(requests=ResourceList({"memory": 3 * GI})),
+            ),
+            id="pod-level resources",
+        ),
+    ],
+)
+def test_request_of_is_pod_requests(pod: Pod) -> None:
+    request = nodefit.request_of(pod)
+    assert request == dict(pod_requests(pod))
+    assert list(request) == list(pod_requests(pod))  # names in order
+
+
+AMOUNTS = st.dictionaries(
+    st.sampled_from(["cpu", "memory", "example.com/dongle"]), st.integers(-5, 10_000), max_size=3
+)
+
+
+@given(st.lists(st.tuples(AMOUNTS, AMOUNTS), max_size=3))
+def test_request_of_matches_pod_requests_for_any_containers(
+    containers: list[tuple[dict[str, int], dict[str, int]]],
+) -> None:
+    pod = _with(
+        BASE,
+        containers=tuple(
+            _container(f"c{i}", requests, limits) for i, (requests, limits) in enumerate(containers)
+        ),
+    )
+    assert nodefit.request_of(pod) == dict(pod_requests(pod))
+
+
+def test_request_of_returns_a_new_dict() -> None:
+    first = nodefit.request_of(BASE)
+    first["cpu"] = 0
+    assert nodefit.request_of(BASE)["cpu"] == 500
+
+
+def test_requested_sums_with_the_given_request() -> None:
+    pods = [make_pod("a", cpu=100), make_pod("b", cpu=200, memory=GI)]
+    assert nodefit.requested(pods) == {"pods": 2, "cpu": 300, "memory": GI}
+    assert nodefit.requested(pods, lambda pod: {"cpu": 1}) == {"pods": 2, "cpu": 2}
+
+
+def test_fits_takes_a_known_request() -> None:
+    node = make_node("n", cpu=1000)
+    pod = make_pod("p", cpu=800)
+    assert nodefit.fits(pod, node)
+    assert not nodefit.fits(pod, node, request={"cpu": 1200})
+    assert nodefit.fits(pod, node, used={"cpu": 900}, request={"cpu": 100})
+
+
+def _view(pods: list[Pod]) -> CycleView:
+    return CycleView(now=T0, nodes=(make_node("node-a"),), pods_by_node={"node-a": tuple(pods)})
+
+
+def test_view_works_out_a_request_once_per_pod() -> None:
+    pod = make_pod("a", cpu=100)
+    view = _view([pod])
+    first = view.request_of(pod)
+    assert first == {"cpu": 100}
+    assert view.request_of(pod) is first
+    twin = make_pod("a", cpu=300)  # another object, even with the same name
+    assert view.request_of(twin) == {"cpu": 300}
+    assert _view([pod]).request_of(pod) is not first  # a new view, a new memo
+
+
+def test_view_sums_the_requests_on_a_node_once() -> None:
+    pods = [make_pod("a", cpu=100), make_pod("b", cpu=200, memory=GI)]
+    view = _view(pods)
+    used = view.requested_on("node-a")
+    assert used == nodefit.requested(pods)
+    assert view.requested_on("node-a") is used
+    assert view.requested_on("elsewhere") == {"pods": 0}
+
+
+@pytest.mark.parametrize(
+    ("direct_nodes", "holds"),
+    [(None, False), (frozenset({"node-a"}), False), (frozenset({"node-b"}), True)],
+)
+def test_view_says_where_the_filter_holds(direct_nodes: frozenset[str] | None, holds: bool) -> None:
+    view = CycleView(now=T0, nodes=(), pods_by_node={}, direct_nodes=direct_nodes)
+    assert view.filter_holds_on("node-a") is holds
