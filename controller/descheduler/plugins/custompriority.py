@@ -54,6 +54,11 @@ from apis.labels import Selector, SelectorError
 from apis.meta import LabelSelector, Model
 from controller.descheduler import nodefit
 from controller.descheduler.framework import CycleView, Evictor, Status
+from controller.descheduler.selection import (
+    EvictableNamespaces,
+    PodSelector,
+    namespaces_problem,
+)
 
 __all__ = [
     "MAX_CONSECUTIVE_MISSES",
@@ -96,33 +101,6 @@ def _selector(field: str, selector: LabelSelector | None) -> Selector:
         raise _fail(field, err.text, err.reason) from None
 
 
-class EvictableNamespaces(Model):
-    """Namespaces whose pods may be evicted: only ``include``, or all but ``exclude``."""
-
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.include and self.exclude:
-            raise _fail(
-                "evictableNamespaces",
-                {"include": list(self.include), "exclude": list(self.exclude)},
-                "sets both include and exclude; only one of them is allowed",
-            )
-
-    def allows(self, namespace: str) -> bool:
-        if self.include:
-            return namespace in self.include
-        return namespace not in self.exclude
-
-
-class PodSelector(Model):
-    """One entry of ``podSelectors``: a named label selector (a missing one selects nothing)."""
-
-    name: str = ""
-    selector: LabelSelector | None = None
-
-
 class EvictionTier(Model):
     """One entry of ``evictionOrder``: a tier of nodes, most expensive tiers first."""
 
@@ -162,6 +140,9 @@ class CustomPriorityArgs(Model):
     def __post_init__(self) -> None:
         if self.kind and self.kind != KIND:
             raise _fail("kind", self.kind, f"must be {KIND}")
+        problem = namespaces_problem(self.evictable_namespaces)
+        if problem is not None:
+            raise _fail("evictableNamespaces", *problem)
         if self.mode not in (BEST_EFFORT, DRAIN_NODE):
             raise _fail("mode", self.mode, f"must be {BEST_EFFORT} or {DRAIN_NODE}")
         _selector("nodeSelector", self.node_selector)

@@ -36,6 +36,11 @@ from apis.duration import Duration
 from apis.errors import DecodeError
 from apis.labels import Selector, SelectorError
 from apis.meta import LabelSelector, Model
+from controller.descheduler.selection import (
+    EvictableNamespaces,
+    PodSelector,
+    namespaces_problem,
+)
 
 __all__ = [
     "DEFAULT_POOL",
@@ -81,33 +86,6 @@ def _selector(field: str, selector: LabelSelector | None) -> Selector | None:
         return Selector.from_label_selector(selector)
     except SelectorError as err:
         raise _fail(field, err.text, err.reason) from None
-
-
-class EvictableNamespaces(Model):
-    """Namespaces whose pods may be evicted: only ``include``, or all but ``exclude``."""
-
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.include and self.exclude:
-            raise _fail(
-                "evictableNamespaces",
-                {"include": list(self.include), "exclude": list(self.exclude)},
-                "sets both include and exclude; only one of them is allowed",
-            )
-
-    def allows(self, namespace: str) -> bool:
-        if self.include:
-            return namespace in self.include
-        return namespace not in self.exclude
-
-
-class PodSelector(Model):
-    """One entry of ``podSelectors``: a named label selector (a missing one selects nothing)."""
-
-    name: str = ""
-    selector: LabelSelector | None = None
 
 
 class AnomalyCondition(Model):
@@ -212,6 +190,9 @@ class LowNodeLoadArgs(Model):
     def __post_init__(self) -> None:
         if self.kind and self.kind != KIND:
             raise _fail("kind", self.kind, f"must be {KIND}")
+        problem = namespaces_problem(self.evictable_namespaces)
+        if problem is not None:
+            raise _fail("evictableNamespaces", *problem)
         if self.node_metric_expiration_seconds <= 0:
             raise _fail(
                 "nodeMetricExpirationSeconds", self.node_metric_expiration_seconds, "must be > 0"
