@@ -26,6 +26,7 @@ from apis.resources import ResourceList
 __all__ = [
     "FAILED",
     "SUCCEEDED",
+    "AnnotationHeldAdapter",
     "ExtensionArgs",
     "JobAdapter",
     "JobArgsError",
@@ -186,6 +187,21 @@ def positive_int_annotation(obj: Object, key: str) -> int | None:
 
 def has_suspend_annotation(job: Object, value: str = "true") -> bool:
     return job.metadata.annotations.get(k.ANNOTATION_QUEUE_SUSPEND) == value
+
+
+class AnnotationHeldAdapter:
+    """What the adapters of kinds held by the ``scheduling.x-k8s.io/suspend`` annotation share:
+    the unit is named ``<job><suffix>``, the job is suspended while the annotation says
+    ``"true"``, and its pods are not interchangeable (not ``fungible``)."""
+
+    suffix: ClassVar[str] = ""
+    fungible: ClassVar[bool] = False
+
+    def unit_name(self, job: Object) -> str:
+        return f"{job.metadata.name}{self.suffix}"
+
+    def is_suspended(self, job: Object) -> bool:
+        return has_suspend_annotation(job)
 
 
 def with_annotations(job: Object, **changes: str | None) -> ObjectMeta:

@@ -25,6 +25,7 @@ from apis.workloads import RayJob
 from controller.queueing.jobs.base import (
     FAILED,
     SUCCEEDED,
+    AnnotationHeldAdapter,
     ExtensionArgs,
     count_replicas,
     has_suspend_annotation,
@@ -49,14 +50,11 @@ def _job(obj: Object) -> RayJob:
     return obj
 
 
-class RayJobAdapter:
+class RayJobAdapter(AnnotationHeldAdapter):
     name: ClassVar[str] = "rayjob"
     kind: ClassVar[type[Object]] = RayJob
     args_type: ClassVar[type[ExtensionArgs]] = Args
-    fungible: ClassVar[bool] = False
-
-    def unit_name(self, job: Object) -> str:
-        return f"{_job(job).metadata.name}-ray-qu"
+    suffix: ClassVar[str] = "-ray-qu"
 
     def is_suspended(self, job: Object) -> bool:
         typed = _job(job)

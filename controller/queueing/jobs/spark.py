@@ -31,9 +31,9 @@ from apis.workloads import SparkApplication, SparkApplicationState, SparkPodSpec
 from controller.queueing.jobs.base import (
     FAILED,
     SUCCEEDED,
+    AnnotationHeldAdapter,
     ExtensionArgs,
     count_replicas,
-    has_suspend_annotation,
     plain_container,
     with_annotations,
 )
@@ -119,17 +119,11 @@ def _template(app: SparkApplication, role: str, pod: SparkPodSpec) -> PodTemplat
     )
 
 
-class SparkAdapter:
+class SparkAdapter(AnnotationHeldAdapter):
     name: ClassVar[str] = "sparkapp"
     kind: ClassVar[type[Object]] = SparkApplication
     args_type: ClassVar[type[ExtensionArgs]] = Args
-    fungible: ClassVar[bool] = False
-
-    def unit_name(self, job: Object) -> str:
-        return f"{_job(job).metadata.name}-spark-qu"
-
-    def is_suspended(self, job: Object) -> bool:
-        return has_suspend_annotation(_job(job))
+    suffix: ClassVar[str] = "-spark-qu"
 
     def is_managed(self, job: Object) -> bool:
         typed = _job(job)

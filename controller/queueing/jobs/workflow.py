@@ -28,9 +28,9 @@ from apis.workloads import Workflow
 from controller.queueing.jobs.base import (
     FAILED,
     SUCCEEDED,
+    AnnotationHeldAdapter,
     ExtensionArgs,
     count_replicas,
-    has_suspend_annotation,
     plain_container,
     with_annotations,
 )
@@ -89,17 +89,11 @@ def _template(workflow: Workflow, template: Mapping[str, Any]) -> PodTemplateSpe
     )
 
 
-class WorkflowAdapter:
+class WorkflowAdapter(AnnotationHeldAdapter):
     name: ClassVar[str] = "workflow"
     kind: ClassVar[type[Object]] = Workflow
     args_type: ClassVar[type[ExtensionArgs]] = Args
-    fungible: ClassVar[bool] = False
-
-    def unit_name(self, job: Object) -> str:
-        return f"{_job(job).metadata.name}-wf-qu"
-
-    def is_suspended(self, job: Object) -> bool:
-        return has_suspend_annotation(_job(job))
+    suffix: ClassVar[str] = "-wf-qu"
 
     def is_managed(self, job: Object) -> bool:
         workflow = _job(job)
