@@ -23,9 +23,11 @@ import functools
 import math
 import re
 from fractions import Fraction
+from typing import Final
 
 __all__ = [
     "MAX_QUANTITY",
+    "MILLI_RESOURCES",
     "QuantityError",
     "format_quantity",
     "is_bytes_resource",
@@ -56,7 +58,8 @@ _PATTERN = re.compile(
 )
 _DECIMAL_OUT = (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3))
 _BINARY_OUT = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
-_MILLI_RESOURCES = frozenset({"cpu", "requests.cpu", "limits.cpu"})
+#: The resources held in millicores.
+MILLI_RESOURCES: Final = frozenset({"cpu", "requests.cpu", "limits.cpu"})
 
 
 class QuantityError(ValueError):
@@ -65,7 +68,7 @@ class QuantityError(ValueError):
 
 def is_milli_resource(name: str) -> bool:
     """CPU-like resources are compared and held in millicores."""
-    return name in _MILLI_RESOURCES
+    return name in MILLI_RESOURCES
 
 
 @functools.lru_cache(maxsize=1024)

@@ -4,22 +4,33 @@ On the wire a ResourceList is ``{"cpu": "500m", "memory": "4Gi"}``; inside it is
 ``ResourceList({"cpu": 500, "memory": 4294967296})`` (millicores for CPU, whole units for
 everything else, see :mod:`apis.quantity`). Arithmetic follows Kubernetes' ``quota`` helpers:
 ``a <= b`` only checks the keys present in ``b`` (a key missing from a limit is unconstrained).
+
+A list decoded from a map of plain and milli numbers only (``{"cpu": "3790m", "memory":
+"2151672808"}``, what reports are made of) is checked against their grammar when decoded and
+read into amounts when first used: most of a NodeMetric's figures are never read by the
+controller. Such a list keeps the text it came with (:meth:`ResourceList.stored_form`), as an
+API server keeps a custom resource's quantities; :meth:`ResourceList.wire_form` is canonical.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from apis.quantity import (
+    MILLI_RESOURCES,
     QuantityError,
     format_quantity,
     is_bytes_resource,
-    is_milli_resource,
     to_canonical,
 )
 
 __all__ = ["ResourceList"]
+
+#: Plain and milli numbers (up to 15 digits, no leading zero) joined by NUL: the values of a
+#: wire map whose reading can wait.
+_DEFERRABLE = re.compile(r"(?:[1-9][0-9]{0,14}m?|0)(?:\x00(?:[1-9][0-9]{0,14}m?|0))*")
 
 
 def _is_name(name: object) -> bool:
@@ -27,32 +38,63 @@ def _is_name(name: object) -> bool:
     return isinstance(name, str) and bool(name)
 
 
-def _plain_amount(name: str, value: str) -> tuple[int, bool] | None:
-    """A plain (``"123"``) or milli (``"250m"``) quantity read without the general parser:
-    its canonical amount and whether ``value`` is already how :func:`format_quantity` prints
-    it; None for any other form (the general path reads those)."""
-    milli_text = value[-1:] == "m"
-    digits = value[:-1] if milli_text else value
-    if not (0 < len(digits) <= 15 and digits.isascii() and digits.isdigit()):
-        return None
-    number = int(digits)
-    leading_zero = digits[0] == "0" and len(digits) > 1
-    if is_milli_resource(name):
-        if milli_text:
-            return number, number % 1000 != 0 and not leading_zero
-        return number * 1000, not leading_zero and (number == 0 or number % 1000 != 0)
-    if milli_text:
-        return -(-number // 1000), False
-    if number == 0:
-        return 0, not leading_zero
-    plain = number % 1000 != 0 and (number % 1024 != 0 or not is_bytes_resource(name))
-    return number, plain and not leading_zero
+def _read(raw: Mapping[str, Any]) -> tuple[dict[str, int], bool]:
+    """The amounts of a wire map, and whether it is canonical: names in order, every quantity
+    exactly as :func:`format_quantity` prints its amount. Plain and milli quantities are read
+    without the general parser (no leading zero; a plain amount that some suffix divides,
+    ``"2000"`` or ``"1024"`` bytes, prints with the suffix)."""
+    parsed: dict[str, int] = {}
+    canonical = True
+    previous = ""
+    milli = MILLI_RESOURCES
+    for name, value in raw.items():
+        if type(name) is not str or not name:
+            raise QuantityError(f"resource name must be a non-empty string, got {name!r}")
+        if name <= previous:
+            canonical = False
+        previous = name
+        if type(value) is str:
+            milli_text = value[-1:] == "m"
+            digits = value[:-1] if milli_text else value
+            if 0 < len(digits) <= 15 and digits.isdigit() and digits.isascii():
+                number = int(digits)
+                exact = len(digits) == 1 or digits[0] != "0"
+                if name in milli:
+                    if milli_text:
+                        parsed[name] = number
+                        canonical = canonical and exact and number % 1000 != 0
+                    else:
+                        parsed[name] = number * 1000
+                        canonical = canonical and exact and (number == 0 or number % 1000 != 0)
+                elif milli_text:
+                    parsed[name] = -(-number // 1000)
+                    canonical = False
+                else:
+                    parsed[name] = number
+                    canonical = (
+                        canonical
+                        and exact
+                        and (
+                            number == 0
+                            or (
+                                number % 1000 != 0
+                                and (number % 1024 != 0 or not is_bytes_resource(name))
+                            )
+                        )
+                    )
+                continue
+        canonical = False
+        try:
+            parsed[name] = to_canonical(name, value)
+        except QuantityError as err:
+            raise QuantityError(f"resource {name!r}: {err}") from None
+    return parsed, canonical
 
 
 class ResourceList(Mapping[str, int]):
     """Immutable, hashable resource amounts in canonical units."""
 
-    __slots__ = ("_data", "_hash", "_wire")
+    __slots__ = ("_data", "_hash", "_raw", "_wire")
 
     def __init__(self, data: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
         items = dict(data)
@@ -65,6 +107,8 @@ class ResourceList(Mapping[str, int]):
         self._hash: int | None = None
         #: the wire form, once known (kept from a canonical wire map, or made by to_wire)
         self._wire: dict[str, str] | None = None
+        #: the wire map it was decoded from, when its reading was deferred
+        self._raw: dict[str, str] | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> ResourceList:
@@ -76,36 +120,49 @@ class ResourceList(Mapping[str, int]):
     @classmethod
     def adopt(cls, raw: dict[str, Any]) -> ResourceList:
         """:meth:`parse` of a map nobody else holds (a decoder's fresh dict): when every
-        quantity in it is already canonical and in name order, it is kept as the wire form."""
-        parsed: dict[str, int] = {}
-        canonical = True
-        previous = ""
-        for name, value in raw.items():
-            if type(name) is not str or not name:
-                raise QuantityError(f"resource name must be a non-empty string, got {name!r}")
-            if name <= previous:
-                canonical = False
-            previous = name
-            fast = _plain_amount(name, value) if type(value) is str else None
-            if fast is not None:
-                parsed[name] = fast[0]
-                canonical = canonical and fast[1]
-                continue
-            canonical = False
-            try:
-                parsed[name] = to_canonical(name, value)
-            except QuantityError as err:
-                raise QuantityError(f"resource {name!r}: {err}") from None
-        # Every name and amount is checked above: skip the constructor's second pass.
+        quantity in it is already canonical and in name order, it is kept as the wire form.
+        A map of plain and milli numbers only is checked now and read when first used."""
         made = cls.__new__(cls)
+        made._hash = None
+        try:
+            deferrable = _DEFERRABLE.fullmatch("\x00".join(raw.values())) is not None
+        except TypeError:  # a value that is not a string
+            deferrable = False
+        if deferrable and "" not in raw:
+            made._raw = raw
+            made._wire = None
+            return made
+        parsed, canonical = _read(raw)
+        # Every name and amount is checked by _read: skip the constructor's second pass.
         if canonical:
             made._data = parsed
             made._wire = raw
         else:
             made._data = dict(sorted(parsed.items()))
             made._wire = None
-        made._hash = None
+        made._raw = None
         return made
+
+    def __getattr__(self, name: str) -> Any:
+        # Only the amounts of a list whose reading was deferred (see adopt) are ever missing.
+        if name != "_data":
+            raise AttributeError(name)
+        raw = self._raw
+        assert raw is not None
+        parsed, canonical = _read(raw)
+        if canonical:
+            self._wire = raw
+            data = parsed
+        else:
+            data = dict(sorted(parsed.items()))
+        self._data = data
+        return data
+
+    def stored_form(self) -> Mapping[str, str]:
+        """The quantities to store: the text a deferred list came with (it reads back to the
+        same amounts), else :meth:`wire_form`. Do not modify it."""
+        raw = self._raw
+        return raw if raw is not None else self.wire_form()
 
     def to_wire(self) -> dict[str, str]:
         """Quantities as Kubernetes prints them."""
@@ -115,9 +172,12 @@ class ResourceList(Mapping[str, int]):
         """:meth:`to_wire` without the copy, for encoders (do not modify it)."""
         wire = self._wire
         if wire is None:
-            wire = self._wire = {
-                name: format_quantity(name, amount) for name, amount in self._data.items()
-            }
+            data = self._data  # reading a deferred list finds whether its text is canonical
+            wire = self._wire
+            if wire is None:
+                wire = self._wire = {
+                    name: format_quantity(name, amount) for name, amount in data.items()
+                }
         return wire
 
     # Mapping protocol -------------------------------------------------------------------
@@ -143,6 +203,9 @@ class ResourceList(Mapping[str, int]):
 
     def __eq__(self, other: object) -> bool:
         if type(other) is ResourceList or isinstance(other, ResourceList):
+            raw = self._raw
+            if raw is not None and raw == other._raw:
+                return True  # the same text: the same amounts, without reading them
             return self._data == other._data
         if isinstance(other, Mapping):
             return self._data == dict(other)

@@ -105,20 +105,20 @@ class LoopRunner:
     async def run(self) -> None:
         if not self._loops:
             await asyncio.Event().wait()  # nothing to run; stay until cancelled
-        # Changes from now on wake the loops; a burst of them is one pass, not one per event.
-        with self._store.watch(None, resource_version=self._store.resource_version) as changes:
-            while True:
-                wait = self.run_pass()
-                if wait == 0.0:
-                    # A loop has more to do at once (a bounded scheduler pass): let the other
-                    # tasks run first, then go again; the next pass reads every change anyway.
-                    await asyncio.sleep(0)
-                    changes.drain()
-                    continue
-                timeout = self._idle if wait is None else min(wait, self._idle)
-                try:
-                    async with asyncio.timeout(timeout):
-                        await anext(changes)
-                except TimeoutError:
-                    continue
-                changes.drain()
+        # Changes committed after a pass began wake the loops (their own writes included); a
+        # burst of them is one pass, not one per change.
+        store = self._store
+        while True:
+            seen = store.resource_version
+            wait = self.run_pass()
+            if wait == 0.0:
+                # A loop has more to do at once (a bounded scheduler pass): let the other
+                # tasks run first, then go again; the next pass reads every change anyway.
+                await asyncio.sleep(0)
+                continue
+            timeout = self._idle if wait is None else min(wait, self._idle)
+            try:
+                async with asyncio.timeout(timeout):
+                    await store.changed(seen)
+            except TimeoutError:
+                continue

@@ -73,7 +73,7 @@ Key = tuple[str, str, str]
 
 def _enc_hook(value: Any) -> Any:
     if type(value) is ResourceList:
-        return value.wire_form()  # made once per list, kept by it
+        return value.stored_form()  # the text it came with, or its wire form (kept by it)
     return codec.to_builtins(value)
 
 
@@ -81,7 +81,9 @@ _ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
 
 
 def encode(obj: Any) -> bytes:
-    """An object's stored JSON (the same bytes :func:`apis.codec.encode_json` gives)."""
+    """An object's stored JSON: the bytes :func:`apis.codec.encode_json` gives, except that a
+    resource list decoded from plain and milli numbers keeps their text (see
+    :mod:`apis.resources`; it reads back to the same amounts)."""
     return _ENCODER.encode(obj)
 
 

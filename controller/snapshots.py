@@ -4,20 +4,29 @@ A :class:`Snapshot` holds, per kind, a tuple of the (frozen) objects sorted by n
 name, and the resourceVersion it reflects (kinds are found by their Struct type, so lookups
 never compute a kind's names). The store keeps one :class:`KindView` per kind and
 rebuilds it only after that kind changed, so taking snapshots repeatedly costs little.
+
+A kind's view is built when a snapshot first reads it (a :class:`LazyView`, shared by every
+snapshot taken while that kind stays unchanged), not when the snapshot is taken: a loop that
+reads only pods pays nothing for the thousands of nodes whose reports changed since its last
+pass. Before a kind changes, the store builds the view of any snapshot still holding that
+kind unread (:meth:`LazyView.settle`), so a snapshot reads the state it was taken at, however
+late it reads it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 from apis.kinds import Kind
 from apis.labels import Selector
 from apis.meta import Object
 
-ViewsByType = Mapping[type[Object], "KindView"]
+ViewsByType = Mapping[type[Object], "LazyView"]
+T = TypeVar("T")
 
-__all__ = ["KindView", "Snapshot"]
+__all__ = ["KindView", "LazyView", "Snapshot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,14 +35,65 @@ class KindView:
 
     items: tuple[Object, ...]
     index: Mapping[tuple[str, str], Object]
+    #: what loops worked out from ``items``, by the function that did (:meth:`Snapshot.derived`)
+    derived: dict[Callable[[tuple[Object, ...]], object], object] = field(
+        default_factory=dict, compare=False
+    )
 
     @classmethod
-    def build(cls, objects: Mapping[tuple[str, str], Object]) -> KindView:
+    def build(
+        cls,
+        objects: Mapping[tuple[str, str], Object],
+        order: Sequence[tuple[str, str]] | None = None,
+    ) -> KindView:
+        """The view of ``objects``; ``order``, when given, is their keys already sorted."""
         index = dict(objects)
-        return cls(tuple(index[key] for key in sorted(index)), index)
+        keys = sorted(index) if order is None else order
+        return cls(tuple(map(index.__getitem__, keys)), index)
 
 
 EMPTY_VIEW = KindView((), {})
+
+
+class LazyView:
+    """One kind's :class:`KindView` at one state of the store, built on first :meth:`get`.
+
+    ``build`` is called at most once, with this object, and only while the kind is still in
+    the state this view stands for (the store calls :meth:`settle` before changing it).
+    """
+
+    __slots__ = ("__weakref__", "_build", "_view")
+
+    def __init__(self, build: Callable[[LazyView], KindView]) -> None:
+        self._build: Callable[[LazyView], KindView] | None = build
+        self._view: KindView | None = None
+
+    @classmethod
+    def of(cls, view: KindView) -> LazyView:
+        """A view that is already built."""
+        lazy = cls.__new__(cls)
+        lazy._build = None
+        lazy._view = view
+        return lazy
+
+    @property
+    def built(self) -> bool:
+        return self._view is not None
+
+    def get(self) -> KindView:
+        view = self._view
+        if view is None:
+            build, self._build = self._build, None
+            assert build is not None
+            view = self._view = build(self)
+        return view
+
+    def settle(self) -> None:
+        """Build now: the kind is about to change."""
+        self.get()
+
+
+EMPTY_LAZY_VIEW = LazyView.of(EMPTY_VIEW)
 
 
 class Snapshot:
@@ -53,17 +113,29 @@ class Snapshot:
         selector: Selector | None = None,
     ) -> tuple[Object, ...]:
         """The objects of ``kind`` sorted by namespace then name, optionally filtered."""
-        items = self._views.get(kind.type, EMPTY_VIEW).items
+        items = self._views.get(kind.type, EMPTY_LAZY_VIEW).get().items
         if namespace and kind.namespaced:
             items = tuple(o for o in items if o.metadata.namespace == namespace)
         if selector is not None and not selector.empty:
             items = tuple(o for o in items if selector.matches(o.metadata.labels))
         return items
 
+    def derived(self, kind: Kind, compute: Callable[[tuple[Object, ...]], T]) -> T:
+        """``compute(objects of kind)``, worked out once per version of the kind and shared by
+        every snapshot and loop that asks with the same (module-level) function; the result
+        must be treated as immutable."""
+        view = self._views.get(kind.type, EMPTY_LAZY_VIEW).get()
+        memo = view.derived
+        try:
+            return cast("T", memo[compute])
+        except KeyError:
+            result = memo[compute] = compute(view.items)
+            return result
+
     def get(self, kind: Kind, name: str, namespace: str = "") -> Object | None:
         """One object, or None; a namespaced kind's empty namespace means ``default``."""
         ns = (namespace or "default") if kind.namespaced else ""
-        return self._views.get(kind.type, EMPTY_VIEW).index.get((ns, name))
+        return self._views.get(kind.type, EMPTY_LAZY_VIEW).get().index.get((ns, name))
 
     def __len__(self) -> int:
-        return sum(len(view.items) for view in self._views.values())
+        return sum(len(view.get().items) for view in self._views.values())

@@ -38,6 +38,7 @@ import enum
 import logging
 import os
 import random
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from apis.meta import Object, ObjectMeta
 from controller import mutations
 from controller.errors import AlreadyExists, Conflict, Invalid, NotFound, StoreError
 from controller.persistence import Database, Synchronous, encode
-from controller.snapshots import KindView, Snapshot
+from controller.snapshots import KindView, LazyView, Snapshot
 from controller.watching import Change, EventType, Watch, WatchEvent, WatchHub
 
 __all__ = ["EventType", "Outcome", "Snapshot", "Store", "Watch", "WatchEvent"]
@@ -160,8 +161,15 @@ class Store:
             self._shapes[kind.type] = mutations.shape_of(kind)
         self._keys = tuple(shape.key for shape in self._shapes.values())
         self._objects: dict[str, dict[tuple[str, str], Object]] = {key: {} for key in self._keys}
-        self._views: dict[str, KindView] = {}
+        #: kind key -> its view, built (kept until the kind changes)
+        self._views: dict[str, LazyView] = {}
+        #: kind key -> the unbuilt view snapshots share while the kind stays as it is
+        self._unread: dict[str, weakref.ref[LazyView]] = {}
+        #: kind key -> its keys sorted (kept while no object of the kind comes or goes)
+        self._order: dict[str, list[tuple[str, str]]] = {}
         self._version = 0
+        #: set (and dropped) by the next commit, for :meth:`changed`
+        self._changed: asyncio.Event | None = None
         self._txn: _Transaction | None = None
         self._hub = WatchHub(history_size=history_size, queue_size=watch_queue_size)
         self._queue: list[_Pending] = []
@@ -227,6 +235,18 @@ class Store:
         """The version of the last committed write."""
         return self._version
 
+    async def changed(self, after: int) -> int:
+        """Wait until a write is committed after resourceVersion ``after`` (at once when one
+        already is); the version then. Cheaper than a watch for a reader that only needs to
+        know that something changed (it re-reads a snapshot)."""
+        while self._version <= after:
+            self._check_open()
+            event = self._changed
+            if event is None:
+                event = self._changed = asyncio.Event()
+            await event.wait()
+        return self._version
+
     @property
     def path(self) -> Path | None:
         return self._db.path if self._db is not None else None
@@ -266,10 +286,29 @@ class Store:
         return bucket.get((namespace, name)) if bucket is not None else None
 
     def _view(self, key: str) -> KindView:
-        view = self._views.get(key)
-        if view is None:
-            view = KindView.build(self._objects.get(key, {}))
-            self._views[key] = view
+        return self._lazy_view(key).get()
+
+    def _lazy_view(self, key: str) -> LazyView:
+        """The (possibly unbuilt) view of ``key`` as it is now."""
+        lazy = self._views.get(key)
+        if lazy is None:
+            ref = self._unread.get(key)
+            lazy = ref() if ref is not None else None
+            if lazy is None:
+                lazy = LazyView(lambda cell: self._build_view(key, cell))
+                self._unread[key] = weakref.ref(lazy)
+        return lazy
+
+    def _build_view(self, key: str, cell: LazyView) -> KindView:
+        """Build the view ``cell`` stands for: the kind as it is now (see ``_commit``)."""
+        objects = self._objects.get(key, {})
+        order = self._order.get(key)
+        if order is None:
+            order = self._order[key] = sorted(objects)
+        view = KindView.build(objects, order)
+        if self._unread.get(key) is not None and self._unread[key]() is cell:
+            del self._unread[key]
+            self._views[key] = cell
         return view
 
     def _now(self, txn: _Transaction) -> datetime:
@@ -345,7 +384,7 @@ class Store:
         return builtins.list(items), version
 
     def encode(self, obj: Object) -> bytes:
-        """``obj`` as JSON, the bytes :func:`apis.codec.encode_json` gives.
+        """``obj`` as JSON, the bytes it is stored as (:func:`controller.persistence.encode`).
 
         Objects the store returned or published recently were encoded once when committed, so
         answering a write, a list or many watchers does not encode the same object again.
@@ -366,7 +405,7 @@ class Store:
     def snapshot(self) -> Snapshot:
         """Every committed object, immutable; cheap when little changed since the last one."""
         self._check_open()
-        views = {struct: self._view(shape.key) for struct, shape in self._shapes.items()}
+        views = {struct: self._lazy_view(shape.key) for struct, shape in self._shapes.items()}
         return Snapshot(self._version, views)
 
     # -- synchronous writes ------------------------------------------------------------------
@@ -649,18 +688,34 @@ class Store:
                     upserts.append((key[0], key[1], key[2], data))
                     remember(obj, data)
             self._db.write(upserts, deletes, txn.resource_version)
-        objects, views = self._objects, self._views
+        objects, views, unread, order = self._objects, self._views, self._unread, self._order
+        for kind in {key[0] for key in staged}:
+            views.pop(kind, None)
+            ref = unread.pop(kind, None)
+            lazy = ref() if ref is not None else None
+            if lazy is not None:
+                # A snapshot taken before this commit has not read the kind yet: build its
+                # view from the state it was taken at, before that state changes.
+                lazy.settle()
+                views.pop(kind, None)
         for (kind, namespace, name), obj in staged.items():
             bucket = objects.get(kind)
             if bucket is None:
                 bucket = objects[kind] = {}
             if obj is None:
-                bucket.pop((namespace, name), None)
+                if bucket.pop((namespace, name), None) is not None:
+                    order.pop(kind, None)
             else:
-                bucket[(namespace, name)] = obj
-            views.pop(kind, None)
+                at = (namespace, name)
+                if at not in bucket:
+                    order.pop(kind, None)
+                bucket[at] = obj
         self._version = txn.resource_version
         self._hub.publish(txn.changes)
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
 
     # -- group commit ------------------------------------------------------------------------
 
@@ -809,6 +864,8 @@ class Store:
             if not pending.future.done():
                 pending.future.set_exception(StoreError("store is closed"))
         self._hub.close()
+        if self._changed is not None:
+            self._changed.set()  # the waiters find the store closed
         if self._db is not None:
             self._db.close()
 

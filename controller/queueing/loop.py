@@ -233,6 +233,8 @@ class QueueingLoop:
         self._queues_dirty = True
         self._nodes_dirty = True
         self._allocatable: dict[tuple[str, str], Mapping[str, int]] = {}
+        #: resource -> (sum over the nodes' allocatable, how many nodes name it)
+        self._sums: dict[str, tuple[int, int]] = {}
         self._pods_dirty = True
         self._changed_units: dict[tuple[str, str], QueueUnit | None] = {}
         self._tree: QuotaTree | None = None
@@ -292,7 +294,12 @@ class QueueingLoop:
             after = obj.allocatable if isinstance(obj, Node) else None
             if after is not None:
                 self._allocatable[key] = after
-            if before != after:
+            if before is not after and before != after:
+                sums = self._sums
+                for allocatable, sign in ((before, -1), (after, 1)):
+                    for name, amount in (allocatable or {}).items():
+                        total, count = sums.get(name, (0, 0))
+                        sums[name] = (total + sign * amount, count + sign)
                 self._nodes_dirty = True
         elif kind is _POD:
             self._pods_dirty = True
@@ -480,10 +487,7 @@ class QueueingLoop:
         if not self._nodes_dirty:
             return
         self._nodes_dirty = False
-        total: dict[str, int] = {}
-        for allocatable in self._allocatable.values():
-            for name, amount in allocatable.items():
-                total[name] = total.get(name, 0) + amount
+        total = {name: amount for name, (amount, count) in self._sums.items() if count > 0}
         if total != self._total:
             self._total = total
             self._runtime_dirty = True

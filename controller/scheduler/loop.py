@@ -302,7 +302,8 @@ class SchedulerLoop:
         self._table = NodeTable()
         self._queue = SchedulingQueue(lambda: self._now)
         self._node_view: tuple[Object, ...] | None = None
-        self._node_signature: tuple[NodeSignature, ...] | None = None
+        #: name -> the node last seen and its signature
+        self._node_signatures: dict[str, tuple[Node, NodeSignature]] = {}
         self._pod_view: tuple[Object, ...] | None = None
         #: uid -> the assigned pod object last accounted.
         self._assigned: dict[str, Pod] = {}
@@ -315,6 +316,8 @@ class SchedulerLoop:
         #: namespace/name -> a pod held in Permit (assumed on its node, in flight in the queue).
         self._waiting: dict[str, tuple[QueuedPod, Profile, Decision]] = {}
         self._recorder: EventRecorder | None = None
+        #: The pods and reservations the last full pass read.
+        self._seen: tuple[tuple[Object, ...], tuple[Object, ...]] | None = None
 
     @property
     def table(self) -> NodeTable:
@@ -351,8 +354,11 @@ class SchedulerLoop:
         now = ctx.now()
         self._now = now.timestamp()
         snapshot = store.snapshot()
-        nodes = snapshot.objects(store.registry.for_type(Node))
         pods = snapshot.objects(store.registry.for_type(Pod))
+        reservations = snapshot.objects(store.registry.for_type(Reservation))
+        if self._idle(pods, reservations):
+            return self._wake()
+        nodes = snapshot.objects(store.registry.for_type(Node))
         moved = self._sync_nodes(nodes)
         moved = self._sync_pods(pods) or moved
         for timed in self._timed:
@@ -367,6 +373,27 @@ class SchedulerLoop:
         self._schedule_ready(store, now)
         if self._metrics is not None:
             self._metrics.pass_done(self._queue, snapshot)
+        # What this pass saw, for the next one to tell whether anything could be scheduled.
+        self._seen = (pods, reservations)
+        return self._wake()
+
+    def _idle(self, pods: tuple[Object, ...], reservations: tuple[Object, ...]) -> bool:
+        """Nothing to schedule and nothing that could make something to schedule: no pod
+        queued or held in Permit, and the pods and reservations are those of the last pass.
+
+        Such a pass reads nothing else: changes to nodes, Devices, NodeMetrics (the reports
+        of a fleet, many per second) are taken by the next pass that has a pod to place,
+        which reads every object as it is then.
+        """
+        return (
+            not self._queue
+            and not self._waiting
+            and self._seen is not None
+            and self._seen[0] is pods
+            and self._seen[1] is reservations
+        )
+
+    def _wake(self) -> float | None:
         wake = self._queue.next_wake()
         for waiter in self._waiters:
             deadline = waiter.next_deadline()
@@ -380,10 +407,22 @@ class SchedulerLoop:
             return False
         self._node_view = nodes
         typed = cast("tuple[Node, ...]", nodes)
-        signature = tuple(_node_signature(n) for n in typed)
-        if signature == self._node_signature:
+        # A node's signature is worked out again only when its object changed.
+        known = self._node_signatures
+        signatures: dict[str, tuple[Node, NodeSignature]] = {}
+        same = len(typed) == len(known)
+        for node in typed:
+            name = node.metadata.name
+            before = known.get(name)
+            if before is not None and before[0] is node:
+                signatures[name] = before
+                continue
+            signature = _node_signature(node)
+            signatures[name] = (node, signature)
+            same = same and before is not None and before[1] == signature
+        self._node_signatures = signatures
+        if same:
             return False
-        self._node_signature = signature
         self._table.replace_nodes(typed)
         for uid, pod in self._assigned.items():
             if self._table.placed(uid) is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apis.codec import decode_json, encode_json
 from apis.quantity import QuantityError
@@ -119,3 +121,79 @@ def test_parsed_list_does_not_follow_its_source_map() -> None:
     assert parsed.to_wire() == {"cpu": "250m"}
     parsed.to_wire()["cpu"] = "9"  # a copy: the list is unchanged
     assert parsed.to_wire() == {"cpu": "250m"}
+
+
+# --- lists whose reading is deferred ---------------------------------------------------------
+
+
+def test_a_report_map_reads_to_the_same_amounts_and_prints_canonically() -> None:
+    # Plain and milli numbers (what reports carry) are read when first used; the amounts,
+    # equality, hash and printed form are those of a list built from integers.
+    decoded = decode_json(
+        b'{"resources":{"memory":"2048","cpu":"3790m","nvidia.com/gpu":"2000"}}', ResourceMap
+    )
+    built = ResourceList({"cpu": 3790, "memory": 2048, "nvidia.com/gpu": 2000})
+    assert decoded.resources == built
+    assert built == decoded.resources
+    assert hash(decoded.resources) == hash(built)
+    assert dict(decoded.resources) == {"cpu": 3790, "memory": 2048, "nvidia.com/gpu": 2000}
+    assert list(decoded.resources) == ["cpu", "memory", "nvidia.com/gpu"]
+    assert decoded.resources.to_wire() == {"cpu": "3790m", "memory": "2Ki", "nvidia.com/gpu": "2k"}
+    assert json.loads(encode_json(decoded)) == {
+        "resources": {"cpu": "3790m", "memory": "2Ki", "nvidia.com/gpu": "2k"}
+    }
+
+
+def test_a_deferred_list_is_stored_with_the_text_it_came_with() -> None:
+    from controller.persistence import encode
+
+    decoded = decode_json(b'{"resources":{"cpu":"4","memory":"1024"}}', ResourceMap)
+    stored = encode(decoded)
+    assert json.loads(stored) == {"resources": {"cpu": "4", "memory": "1024"}}
+    assert decode_json(stored, ResourceMap) == decoded
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"resources":{"cpu":"12x"}}', "cpu"),
+        (b'{"resources":{"memory":"1.5.5"}}', "memory"),
+        (b'{"resources":{"":"1"}}', "non-empty"),
+        (b'{"resources":{"cpu":[4]}}', "cpu"),
+    ],
+)
+def test_a_bad_quantity_is_refused_when_decoded_not_when_read(body: bytes, message: str) -> None:
+    from apis.errors import DecodeError
+
+    with pytest.raises((DecodeError, QuantityError), match=message):
+        decode_json(body, ResourceMap)
+
+
+_NAMES = ["cpu", "memory", "nvidia.com/gpu", "ephemeral-storage", "requests.cpu"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(_NAMES),
+        st.tuples(
+            st.sampled_from(["", "0", "00"]),
+            st.integers(0, 10**13),
+            st.sampled_from(["", "m", "k", "Ki", "Mi", "G"]),
+        ).map(lambda t: f"{t[0]}{t[1]}{t[2]}"),
+        max_size=5,
+    )
+)
+def test_deferred_or_not_a_map_reads_as_the_general_parser_reads_it(raw: dict[str, str]) -> None:
+    from apis.quantity import format_quantity, to_canonical
+
+    try:
+        expected = {name: to_canonical(name, value) for name, value in raw.items()}
+    except QuantityError:
+        with pytest.raises(QuantityError):
+            dict(ResourceList.adopt(dict(raw)))
+        return
+    adopted = ResourceList.adopt(dict(raw))
+    assert dict(adopted) == expected
+    assert adopted.to_wire() == {name: format_quantity(name, v) for name, v in expected.items()}
+    assert adopted == ResourceList(expected)

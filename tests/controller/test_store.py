@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from apis.labels import parse_selector
 from apis.meta import Object, ObjectMeta
 from controller.errors import AlreadyExists, Conflict, Invalid, NotFound, StoreError
+from controller.snapshots import Snapshot
 from controller.store import NAME_SUFFIX_ALPHABET, Outcome, Store
 from tests.controller.storekinds import (
     GADGETS,
@@ -475,6 +476,73 @@ def test_snapshots_share_unchanged_kinds(store: Store) -> None:
     assert store.snapshot().objects(WIDGETS) is second.objects(WIDGETS)
 
 
+def test_snapshot_read_late_sees_the_state_it_was_taken_at(store: Store) -> None:
+    # Views are built when first read: the kinds a snapshot has not read yet are kept for it
+    # when they change, whatever happened since (updates, new and deleted objects).
+    _populate(store)
+    early = store.snapshot()
+    store.apply(widget("alpha", "team-a", size=7))
+    middle = store.snapshot()
+    store.create(widget("aaa", "team-a"))
+    store.delete(WIDGETS, "zeta", "team-a")
+    store.apply(gadget("g9"))
+    late = store.snapshot()
+    assert [(o.metadata.name, o.spec.size) for o in as_widgets(early.objects(WIDGETS))] == [
+        ("m", 1),
+        ("alpha", 1),
+        ("zeta", 1),
+        ("api", 1),
+    ]
+    assert [(o.metadata.name, o.spec.size) for o in as_widgets(middle.objects(WIDGETS))] == [
+        ("m", 1),
+        ("alpha", 7),
+        ("zeta", 1),
+        ("api", 1),
+    ]
+    assert [o.metadata.name for o in late.objects(WIDGETS)] == ["m", "aaa", "alpha", "api"]
+    assert [o.metadata.name for o in early.objects(GADGETS)] == ["g1", "g2"]
+    assert [o.metadata.name for o in late.objects(GADGETS)] == ["g1", "g2", "g9"]
+    assert early.get(WIDGETS, "zeta", "team-a") is not None
+    assert late.get(WIDGETS, "zeta", "team-a") is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "drop", "snap"]),
+            st.sampled_from(["a", "b", "c", "d"]),
+            st.integers(1, 5),
+        ),
+        max_size=30,
+    )
+)
+def test_every_snapshot_keeps_its_version_whenever_it_is_read(
+    steps: list[tuple[str, str, int]],
+) -> None:
+    store = Store(registry=REGISTRY, clock=FakeClock(datetime(2026, 3, 1, tzinfo=UTC)))
+    model: dict[str, int] = {}
+    taken: list[tuple[Snapshot, dict[str, int]]] = []
+    for op, name, size in steps:
+        if op == "put":
+            store.apply(widget(name, size=size))
+            model[name] = size
+        elif op == "drop" and name in model:
+            store.delete(WIDGETS, name)
+            del model[name]
+        elif op == "snap":
+            snap = store.snapshot()
+            if size == 1:  # some are read at once, the rest only at the end
+                now = as_widgets(snap.objects(WIDGETS))
+                assert {o.metadata.name: o.spec.size for o in now} == model
+            taken.append((snap, dict(model)))
+    for snap, expected in taken:
+        assert isinstance(snap, Snapshot)
+        seen = {o.metadata.name: o.spec.size for o in as_widgets(snap.objects(WIDGETS))}
+        assert seen == expected
+        assert [o.metadata.name for o in snap.objects(WIDGETS)] == sorted(expected)
+
+
 # --- submit (group commit) --------------------------------------------------------------------
 
 
@@ -554,6 +622,23 @@ def test_update_many_reports_a_stale_object_in_its_place(store: Store) -> None:
     assert isinstance(results[2], Conflict)
     assert store.get(WIDGETS, "w0").spec.size == 5
     assert store.get(WIDGETS, "w1").spec == second.spec
+
+
+async def test_changed_wakes_on_the_next_commit_and_not_before(store: Store) -> None:
+    store.create(widget("a"))
+    seen = store.resource_version
+    # Already past: no wait.
+    assert await store.changed(seen - 1) == seen
+    waiter = asyncio.create_task(store.changed(seen))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    await store.submit(creating(widget("b")))
+    assert await asyncio.wait_for(waiter, 1.0) == seen + 1
+    closing = asyncio.create_task(store.changed(store.resource_version))
+    await asyncio.sleep(0.01)
+    store.close()
+    with pytest.raises(StoreError):
+        await asyncio.wait_for(closing, 1.0)
 
 
 async def test_ops_in_one_batch_see_each_other(store: Store) -> None:

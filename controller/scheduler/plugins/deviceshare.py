@@ -91,6 +91,7 @@ from controller.deviceshare.templates import (
 from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable, is_assigned
 from controller.scheduler.podinfo import PodInfo, pod_key
+from koordpy.bus import REPORTED_AT_ANNOTATION
 
 if TYPE_CHECKING:
     from controller.snapshots import Snapshot
@@ -359,9 +360,14 @@ def _demand(per_device: Mapping[str, int], card_memory: int) -> dict[str, int]:
 
 
 def _content(device: Device) -> tuple[object, ...]:
-    """What the allocator reads of a Device."""
+    """What the allocator reads of a Device (not the time its agent last reported it)."""
     meta = device.metadata
-    return (device.spec.devices, meta.labels, meta.annotations)
+    annotations = meta.annotations
+    if REPORTED_AT_ANNOTATION in annotations:
+        annotations = {
+            key: value for key, value in annotations.items() if key != REPORTED_AT_ANNOTATION
+        }
+    return (device.spec.devices, meta.labels, annotations)
 
 
 def _width(states: Mapping[str, NodeDeviceState]) -> int:

@@ -34,7 +34,7 @@ Its args are :class:`controller.quota.args.ElasticQuotaArgs`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from apis import constants as k
@@ -98,6 +98,56 @@ class _Charge:
     request: ResourceList
 
 
+class NodeTotal:
+    """The sum of every node's allocatable (as :meth:`ResourceList.total` of them), kept node
+    by node: a new node list costs a look at each node, and arithmetic only for the nodes
+    whose allocatable changed (not those whose heartbeat did)."""
+
+    def __init__(self) -> None:
+        #: name -> the node last seen and its allocatable
+        self._nodes: dict[str, tuple[Node, ResourceList]] = {}
+        #: resource -> (sum, how many nodes name it)
+        self._sums: dict[str, tuple[int, int]] = {}
+        self.total = _NO_RESOURCES
+
+    def _add(self, allocatable: ResourceList, sign: int) -> None:
+        sums = self._sums
+        for name, amount in allocatable.items():
+            total, count = sums.get(name, (0, 0))
+            sums[name] = (total + sign * amount, count + sign)
+
+    def update(self, nodes: Iterable[object]) -> ResourceList:
+        """The sum over ``nodes`` (objects that are not Nodes are left out)."""
+        known = self._nodes
+        seen: dict[str, tuple[Node, ResourceList]] = {}
+        changed = False
+        for node in nodes:
+            if not isinstance(node, Node):
+                continue
+            name = node.metadata.name
+            before = known.get(name)
+            if before is not None and before[0] is node:
+                seen[name] = before
+                continue
+            allocatable = node.allocatable
+            if before is None or before[1] != allocatable:
+                if before is not None:
+                    self._add(before[1], -1)
+                self._add(allocatable, 1)
+                changed = True
+            seen[name] = (node, allocatable)
+        for name, (_, allocatable) in known.items():
+            if name not in seen:
+                self._add(allocatable, -1)
+                changed = True
+        self._nodes = seen
+        if changed:
+            self.total = ResourceList(
+                {name: total for name, (total, count) in self._sums.items() if count > 0}
+            )
+        return self.total
+
+
 class ElasticQuota:
     """PreFilter, Reserve and Unreserve of the quota check."""
 
@@ -118,6 +168,7 @@ class ElasticQuota:
         self._requests_by_quota: Mapping[str, ResourceList] = {}
         #: Sum of the nodes' allocatable (as of the last sync).
         self._allocatable = _NO_RESOURCES
+        self._node_total = NodeTotal()
         #: Charges (quota, pod, request, assign?) made since ``_ledger`` was last folded.
         self._unfolded: list[tuple[str, Pod, ResourceList, bool]] = []
         #: quota -> its used amounts, with every charge of the pass (quotas touched only).
@@ -219,7 +270,7 @@ class ElasticQuota:
             self._sync_pods(pods)
             moved = True
         if before is None or before[2] is not nodes:
-            allocatable = ResourceList.total(n.allocatable for n in nodes if isinstance(n, Node))
+            allocatable = self._node_total.update(nodes)
             moved = moved or allocatable != self._allocatable
             self._allocatable = allocatable
         # The runtime reads the requests, the used of the built-in quotas and the nodes.

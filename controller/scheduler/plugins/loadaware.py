@@ -38,6 +38,7 @@ from controller.scheduler.loadaware.table import (
     score_rows,
 )
 from controller.scheduler.loadaware.usage import NodeLoad, assume, build_node_load, forget, pod_key
+from koordpy.bus import REPORTED_AT_ANNOTATION
 
 if TYPE_CHECKING:
     from controller.scheduler.nodetable import NodeTable
@@ -49,6 +50,17 @@ __all__ = ["NAME", "LoadAwareScheduling", "LoadAwareSchedulingArgs"]
 NAME = "LoadAwareScheduling"
 
 _EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def _load_inputs(node: Node) -> tuple[object, ...]:
+    """What a node's load record reads of the Node: allocatable and the annotations (raw
+    allocatable, thresholds), not the heartbeat or the time its agent last reported it."""
+    annotations = node.metadata.annotations
+    if REPORTED_AT_ANNOTATION in annotations:
+        annotations = {
+            key: value for key, value in annotations.items() if key != REPORTED_AT_ANNOTATION
+        }
+    return (node.allocatable, annotations)
 
 
 class LoadAwareSchedulingArgs(fw.PluginArgs, LoadAwareArgs):
@@ -111,11 +123,15 @@ class LoadAwareScheduling:
             return
         self._node_view = nodes
         seen: dict[str, Node] = {}
+        known = self._nodes
         for obj in nodes:
             node = cast("Node", obj)
             name = node.metadata.name
             seen[name] = node
-            if self._nodes.get(name) is not node:
+            before = known.get(name)
+            if before is node:
+                continue
+            if before is None or _load_inputs(before) != _load_inputs(node):
                 dirty.add(name)
         dirty.update(name for name in self._nodes if name not in seen)
         self._nodes = seen

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apis import constants as k
-from apis.core import Pod
+from apis.core import Node, Pod
 from apis.meta import ObjectMeta
 from apis.quota import ElasticQuota as ElasticQuotaObject
 from apis.quota import ElasticQuotaSpec
@@ -21,7 +21,7 @@ from controller.quota.check import check_pod
 from controller.scheduler import framework as fw
 from controller.scheduler.loop import POD_SCHEDULED, SchedulerLoop
 from controller.scheduler.nodetable import NodeTable
-from controller.scheduler.plugins.elasticquota import ElasticQuota
+from controller.scheduler.plugins.elasticquota import ElasticQuota, NodeTotal
 from controller.scheduler.podinfo import PodInfo
 from controller.scheduler.profile import (
     DEFAULT_CONFIG,
@@ -321,3 +321,42 @@ def test_what_the_default_quota_uses_is_not_shared(store: Store, clock: Clock) -
     runtime = _plugin(loop).runtime
     assert runtime is not None
     assert runtime.of("a") == ResourceList({"cpu": 1000})
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["n1", "n2", "n3", "n4"]),
+                st.integers(0, 8000),
+                st.sampled_from([None, 0, 1, 4]),
+                st.booleans(),
+            ),
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_node_total_is_the_sum_of_every_nodes_allocatable(
+    rounds: list[list[tuple[str, int, int | None, bool]]],
+) -> None:
+    # The runtime quota's cluster total is kept node by node as node lists come and go; it
+    # must always equal the plain sum over the current list (resources no node names drop).
+    total = NodeTotal()
+    kept: dict[str, Node] = {}
+    for entries in rounds:
+        nodes: dict[str, Node] = {}
+        for name, cpu, gpus, reuse in entries:
+            extra = {} if gpus is None else {k.RESOURCE_NVIDIA_GPU: gpus}
+            fresh = make_node(name, cpu=cpu, extra=extra)
+            same = kept.get(name)
+            # The store hands out the same object while a node is unchanged, and a new one
+            # for a heartbeat (``reuse`` false) with the same allocatable.
+            if reuse and same is not None and same.allocatable == fresh.allocatable:
+                fresh = same
+            nodes[name] = fresh
+        kept = nodes
+        listed = sorted(nodes.values(), key=lambda n: n.metadata.name)
+        assert total.update(listed) == ResourceList.total(n.allocatable for n in listed)
