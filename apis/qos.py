@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 
 from apis import constants as k
-from apis.core import Container, Pod
+from apis.core import Pod
 
 __all__ = [
     "KubeQoS",
@@ -27,6 +27,7 @@ __all__ = [
     "QoSClass",
     "koord_qos",
     "kube_qos",
+    "pod_classes",
     "priority_class",
     "priority_value",
     "scheduling_priority",
@@ -75,23 +76,37 @@ _BANDS = (
     (3000, 3999, PriorityClass.FREE),
 )
 _COMPUTE = ("cpu", "memory")
-
-
-def _containers(pod: Pod) -> tuple[Container, ...]:
-    return (*pod.spec.init_containers, *pod.spec.containers)
+_KUBE_BY_NAME: dict[str, KubeQoS] = {q.value: q for q in KubeQoS}
+_KOORD_BY_NAME: dict[str, QoSClass] = {q.value: q for q in QoSClass if q.value}
+_KOORD_DEFAULTS = {
+    KubeQoS.GUARANTEED: QoSClass.LSR,
+    KubeQoS.BURSTABLE: QoSClass.LS,
+    KubeQoS.BEST_EFFORT: QoSClass.BE,
+}
+_PRIORITY_BY_NAME: dict[str, PriorityClass] = {c.value: c for c in PriorityClass if c.value}
+_PROD_QOS = frozenset({QoSClass.SYSTEM, QoSClass.LSE, QoSClass.LSR, QoSClass.LS})
 
 
 def kube_qos(pod: Pod) -> KubeQoS:
     """``status.qosClass`` when the kubelet set it, else computed like the API server does."""
-    given = pod.status.qos_class
-    if given in KubeQoS.__members__.values():
-        return KubeQoS(given)
-    containers = _containers(pod)
+    known = _KUBE_BY_NAME.get(pod.status.qos_class)
+    if known is not None:
+        return known
+    spec = pod.spec
+    containers = (
+        (*spec.init_containers, *spec.containers) if spec.init_containers else spec.containers
+    )
     any_set = False
     guaranteed = bool(containers)
     for container in containers:
         requests = container.resources.requests
         limits = container.resources.limits
+        if not limits:
+            # Nothing limited: not Guaranteed; Burstable as soon as cpu or memory is requested.
+            if any_set or requests.get("cpu") or requests.get("memory"):
+                return KubeQoS.BURSTABLE
+            guaranteed = False
+            continue
         for name in _COMPUTE:
             request = requests.get(name)
             limit = limits.get(name)
@@ -106,33 +121,48 @@ def kube_qos(pod: Pod) -> KubeQoS:
 
 def koord_qos(pod: Pod) -> QoSClass:
     """The ``koordinator.sh/qosClass`` label, else the default mapping from the kube QoS."""
+    return _koord_qos(pod, None)
+
+
+def _koord_qos(pod: Pod, kube: KubeQoS | None) -> QoSClass:
+    """:func:`koord_qos`, with the pod's kube QoS when the caller knows it already."""
     label = pod.metadata.labels.get(k.LABEL_QOS_CLASS)
     if label is not None:
-        return (
-            QoSClass(label) if label in QoSClass.__members__.values() and label else QoSClass.NONE
-        )
-    return {
-        KubeQoS.GUARANTEED: QoSClass.LSR,
-        KubeQoS.BURSTABLE: QoSClass.LS,
-        KubeQoS.BEST_EFFORT: QoSClass.BE,
-    }[kube_qos(pod)]
+        return _KOORD_BY_NAME.get(label, QoSClass.NONE)
+    return _KOORD_DEFAULTS[kube if kube is not None else kube_qos(pod)]
 
 
 def priority_class(pod: Pod) -> PriorityClass:
-    label = pod.metadata.labels.get(k.LABEL_PRIORITY_CLASS, "")
-    if label and label in PriorityClass.__members__.values():
-        return PriorityClass(label)
+    return _priority_class(pod, None)
+
+
+def _priority_class(pod: Pod, qos: QoSClass | None) -> PriorityClass:
+    """:func:`priority_class`, with the pod's Koordinator QoS when the caller knows it."""
+    label = pod.metadata.labels.get(k.LABEL_PRIORITY_CLASS)
+    if label:
+        named = _PRIORITY_BY_NAME.get(label)
+        if named is not None:
+            return named
     priority = pod.spec.priority
     if priority is not None:
         for low, high, band in _BANDS:
             if low <= priority <= high:
                 return band
-    qos = koord_qos(pod)
-    if qos in (QoSClass.SYSTEM, QoSClass.LSE, QoSClass.LSR, QoSClass.LS):
+    if qos is None:
+        qos = koord_qos(pod)
+    if qos in _PROD_QOS:
         return PriorityClass.PROD
     if qos is QoSClass.BE:
         return PriorityClass.BATCH
     return PriorityClass.NONE
+
+
+def pod_classes(pod: Pod) -> tuple[KubeQoS, QoSClass, PriorityClass]:
+    """:func:`kube_qos`, :func:`koord_qos` and :func:`priority_class` of ``pod`` at once, each
+    worked out once (the later ones build on the earlier)."""
+    kube = kube_qos(pod)
+    koord = _koord_qos(pod, kube)
+    return kube, koord, _priority_class(pod, koord)
 
 
 def priority_value(pod: Pod) -> int:

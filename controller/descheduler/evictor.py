@@ -69,6 +69,7 @@ from apis.labels import Selector, SelectorError, parse_selector
 from apis.meta import LabelSelector, Model
 from apis.scheduling import DeleteOptions
 from controller.descheduler import nodefit
+from controller.descheduler.evictionpolicy import check_delete_options
 from controller.descheduler.framework import CycleView, EvictionIntent
 from controller.descheduler.migration import (
     MODE_EVICT_DIRECTLY,
@@ -237,6 +238,7 @@ class MigrationControllerArgs(Model):
             raise _fail(
                 "evictionPolicy", self.eviction_policy, f"is not one of {list(EVICTION_POLICIES)}"
             )
+        check_delete_options(self.default_delete_options, "defaultDeleteOptions")
         qps = self.qps  # checks the string form
         if qps < 0:
             raise _fail("evictQPS", self.evict_qps, "must not be negative")
@@ -350,8 +352,7 @@ class ActiveMigration:
     workload: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Admission:
+class Admission(msgspec.Struct, frozen=True):
     """One admitted eviction and how it is carried out."""
 
     intent: EvictionIntent
@@ -378,13 +379,6 @@ def controller_uid(pod: Pod) -> str:
         if owner.controller:
             return owner.uid
     return ""
-
-
-def _ready(pod: Pod) -> bool:
-    for condition in pod.status.conditions:
-        if condition.type == "Ready":
-            return condition.status == "True"
-    return False
 
 
 def eviction_mode(pod: Pod, args: MigrationControllerArgs) -> str:
@@ -474,11 +468,17 @@ class CycleLedger:
         """The workload's pods that are not Ready (computed once per cycle)."""
         found = self._not_ready.get(workload)
         if found is None:
-            found = (
-                frozenset(_key(p) for p in self.workload_pods.get(workload, ()) if not _ready(p))
-                or _NONE
-            )
-            self._not_ready[workload] = found
+            keys: list[tuple[str, str]] = []
+            for pod in self.workload_pods.get(workload, ()):
+                # Ready: its Ready condition is True (inlined: every pod of the workload is read)
+                for condition in pod.status.conditions:
+                    if condition.type == "Ready":
+                        if condition.status != "True":
+                            keys.append(_key(pod))
+                        break
+                else:
+                    keys.append(_key(pod))
+            found = self._not_ready[workload] = frozenset(keys) if keys else _NONE
         return found
 
     @property

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+import msgspec
+
 from apis.core import Node, Pod
 from apis.slo import NodeMetric
 from controller.descheduler import nodefit
@@ -105,8 +107,7 @@ class CycleView:
         return found
 
 
-@dataclass(frozen=True, slots=True)
-class EvictionIntent:
+class EvictionIntent(msgspec.Struct, frozen=True):
     """One eviction a plugin asked for and the evictor admitted."""
 
     pod: Pod

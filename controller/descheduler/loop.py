@@ -34,11 +34,14 @@ The loop also keeps the ``descheduler_pod_migration_jobs`` gauge current on ever
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
@@ -46,6 +49,7 @@ import msgspec
 
 from apis import constants as k
 from apis.core import ConfigMap, Node, Pod, PriorityClass
+from apis.labels import Selector
 from apis.meta import Object, ObjectMeta, ObjectReference
 from apis.scheduling import PodMigrationJob, PodMigrationJobSpec, PodMigrationJobStatus
 from apis.slo import NodeMetric
@@ -92,6 +96,8 @@ CORDON_PROPOSED: Final = "CordonProposed"
 #: Names of PodMigrationJobs and of this descheduler instance are UUIDs in this namespace.
 _NAMES: Final = uuid.uuid5(uuid.NAMESPACE_URL, "https://koordpy.io/descheduler")
 _ACTIVE_PHASES: Final = frozenset({"", PENDING, RUNNING})
+#: Phases of a pod that holds no resources any more (``Pod.is_terminated``).
+_FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
 class _Plugins:
@@ -187,7 +193,8 @@ class DeschedulerLoop:
             return (self._due - now).total_seconds()
         if self._ran and config.interval <= 0:
             return None
-        self._cycle(ctx, snapshot, config, now)
+        with _collector_paused():
+            self._cycle(ctx, snapshot, config, now)
         if self._metrics is not None:
             self._job_metrics(ctx, ctx.store.snapshot())
         self._ran = True
@@ -271,12 +278,9 @@ class DeschedulerLoop:
     ) -> None:
         started = self._timer()
         registry = ctx.store.registry
-        nodes = [
-            n
-            for n in snapshot.objects(registry.for_type(Node))
-            if isinstance(n, Node) and n.is_ready
-        ]
-        selected = [n for n in nodes if config.node_selector.matches(n.metadata.labels)]
+        nodes = [n for n in snapshot.objects(registry.for_type(Node)) if isinstance(n, Node)]
+        nodes = [n for n in nodes if _ready(n)]
+        selected = _matching(nodes, config.node_selector)
         if len(selected) < 2:
             if not self._too_few_nodes:
                 log.info(
@@ -286,36 +290,11 @@ class DeschedulerLoop:
             self._too_few_nodes = True
             return
         self._too_few_nodes = False
-        pods_by_node: dict[str, list[Pod]] = {}
-        workload_pods: dict[str, list[Pod]] = {}
-        #: spec.schedulerName -> the nodes with a pod of that scheduler
-        nodes_by_scheduler: dict[str, set[str]] = {}
         pod_kind = registry.for_type(Pod)
-        for obj in snapshot.objects(pod_kind):
-            if not isinstance(obj, Pod):
-                continue
-            if obj.metadata.deletion_timestamp is not None or obj.is_terminated:
-                continue
-            # get-then-append: setdefault would build a list for every pod
-            workload = controller_uid(obj)
-            if workload:
-                same = workload_pods.get(workload)
-                if same is None:
-                    workload_pods[workload] = [obj]
-                else:
-                    same.append(obj)
-            node = obj.spec.node_name
-            if node:
-                on_node = pods_by_node.get(node)
-                if on_node is None:
-                    pods_by_node[node] = [obj]
-                else:
-                    on_node.append(obj)
-                scheduled_by = nodes_by_scheduler.get(obj.spec.scheduler_name)
-                if scheduled_by is None:
-                    nodes_by_scheduler[obj.spec.scheduler_name] = {node}
-                else:
-                    scheduled_by.add(node)
+        groups = snapshot.derived(pod_kind, _group_pods)
+        pods_by_node = groups.by_node
+        workload_pods = groups.by_workload
+        nodes_by_scheduler = groups.nodes_by_scheduler
         migrations = []
         for job in snapshot.objects(registry.for_type(PodMigrationJob)):
             if not isinstance(job, PodMigrationJob) or job.status.phase not in _ACTIVE_PHASES:
@@ -355,7 +334,7 @@ class DeschedulerLoop:
             profile = plugins.profile
             view = CycleView(
                 now=now,
-                nodes=tuple(n for n in selected if profile.node_selector.matches(n.labels)),
+                nodes=tuple(_matching(selected, profile.node_selector)),
                 pods_by_node=pods_by_node,
                 metrics=node_metrics,
                 all_nodes=everywhere,
@@ -435,6 +414,7 @@ class DeschedulerLoop:
         self._cordon(ctx, snapshot, ledger, events, dry_run=dry_run)
         jobs: list[tuple[Admission, PodMigrationJob]] = []
         pod_kind = store.registry.for_type(Pod)
+        info = log.isEnabledFor(logging.INFO)
         for admission in ledger.admitted:
             intent = admission.intent
             pod = intent.pod
@@ -450,14 +430,15 @@ class DeschedulerLoop:
                 )
                 if metrics is not None:
                     metrics.proposed(strategy=intent.plugin, namespace=where[0], node=where[1])
-                log.info(
-                    "dry run: %s would evict pod %s/%s from node %s: %s",
-                    intent.plugin,
-                    pod.metadata.namespace,
-                    pod.metadata.name,
-                    intent.node,
-                    intent.reason,
-                )
+                if info:
+                    log.info(
+                        "dry run: %s would evict pod %s/%s from node %s: %s",
+                        intent.plugin,
+                        pod.metadata.namespace,
+                        pod.metadata.name,
+                        intent.node,
+                        intent.reason,
+                    )
                 continue
             if admission.mode == MODE_EVICT_DIRECTLY:
                 try:
@@ -592,6 +573,104 @@ class DeschedulerLoop:
             ),
             status=PodMigrationJobStatus(phase=PENDING),
         )
+
+
+def _ready(node: Node) -> bool:
+    """``Node.is_ready`` (its first Ready condition is True), without a generator per node."""
+    for condition in node.status.conditions:
+        if condition.type == "Ready":
+            return condition.status == "True"
+    return False
+
+
+def _matching(nodes: list[Node], selector: Selector) -> list[Node]:
+    """The nodes whose labels ``selector`` matches (all of them for an empty selector)."""
+    if selector.empty:
+        return nodes
+    return [n for n in nodes if selector.matches(n.metadata.labels)]
+
+
+@dataclass(frozen=True, slots=True)
+class _PodGroups:
+    """The live pods of the cluster grouped as a cycle reads them (see :func:`_group_pods`)."""
+
+    #: node -> its live pods
+    by_node: Mapping[str, Sequence[Pod]]
+    #: controller uid -> its live pods
+    by_workload: Mapping[str, Sequence[Pod]]
+    #: spec.schedulerName -> the nodes with a live pod of that scheduler
+    nodes_by_scheduler: Mapping[str, frozenset[str]]
+
+
+def _group_pods(objects: tuple[Object, ...]) -> _PodGroups:
+    """Group the live (not deleting, not finished) pods by node, by controller and by
+    scheduler: one pass over every pod of the cluster, made once per version of the pods
+    (:meth:`Snapshot.derived`) and kept as lean as it can be (attributes read once,
+    controller_uid and Pod.is_terminated inlined, get-then-append since setdefault would build
+    a list for every pod, the last scheduler's node set kept at hand)."""
+    pods_by_node: dict[str, list[Pod]] = {}
+    workload_pods: dict[str, list[Pod]] = {}
+    nodes_by_scheduler: dict[str, set[str]] = {}
+    last_scheduler: str | None = None
+    scheduled_by: set[str] = set()
+    for obj in objects:
+        if not isinstance(obj, Pod):
+            continue
+        meta = obj.metadata
+        if meta.deletion_timestamp is not None or obj.status.phase in _FINISHED:
+            continue
+        for owner in meta.owner_references:
+            if owner.controller:
+                workload = owner.uid
+                if workload:
+                    same = workload_pods.get(workload)
+                    if same is None:
+                        workload_pods[workload] = [obj]
+                    else:
+                        same.append(obj)
+                break
+        spec = obj.spec
+        node = spec.node_name
+        if node:
+            on_node = pods_by_node.get(node)
+            if on_node is None:
+                pods_by_node[node] = [obj]
+            else:
+                on_node.append(obj)
+            scheduler = spec.scheduler_name
+            if scheduler != last_scheduler:
+                found_by = nodes_by_scheduler.get(scheduler)
+                if found_by is None:
+                    found_by = nodes_by_scheduler[scheduler] = set()
+                scheduled_by = found_by
+                last_scheduler = scheduler
+            scheduled_by.add(node)
+    return _PodGroups(
+        by_node=pods_by_node,
+        by_workload=workload_pods,
+        nodes_by_scheduler={name: frozenset(nodes) for name, nodes in nodes_by_scheduler.items()},
+    )
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (when it was on), back on after.
+
+    A cycle makes hundreds of thousands of containers that live as long as it does (the view,
+    the plugins' bookkeeping, the Events) next to the store's large long-lived heap. With the
+    collector on, their allocation sets off a young collection every few hundred of them and,
+    in most cycles, a full one over the whole heap, none of which can free what the cycle
+    still holds; what the cycle drops, reference counting frees (it makes no reference
+    cycles). Once the block ends the collector runs as usual.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _for_plugin(plugin: object, evictor: CycleEvictor, config: Configuration) -> CycleEvictor:

@@ -19,6 +19,12 @@ A PodMigrationJob (PMJ) names one pod (``spec.podRef``) to move. Each pass looks
    workload limits take an int or a percentage of the workload's live pods; unset, they are
    10 % of them above 10 pods, 2 from 4 to 10, else 1, and never below 1 or above the pod
    count. A PMJ over a limit stays ``Pending`` and is looked at again on the next change.
+   Last come the object limiters (``objectLimiters``, :mod:`.migrationrates`): a PMJ within
+   every limit takes a token from its pod's workload bucket (``maxMigrating`` per
+   ``duration``, 0: the workload's ``maxMigratingPerWorkload``; ``burst`` 0: 1) and namespace
+   bucket; without one it stays ``Pending`` (held by ``objectLimiters.workload`` or
+   ``objectLimiters.namespace``) and the loop runs again when the token is due. Upstream
+   makes such a job ``Running`` and requeues it; here it holds no migrating slot meanwhile.
 5. **ReservationFirst** (the default mode), one step per pass as far as the cluster allows:
 
    a. create a Reservation named after the PMJ's uid from the pod: the pod's labels and
@@ -39,14 +45,24 @@ A PodMigrationJob (PMJ) names one pod (``spec.podRef``) to move. Each pass looks
       reason ``Unschedulable`` and the scheduler's message, an expired reservation with
       ``ReservationExpired``, a vanished one with ``MissingReservation``; in every failure
       the reservation is deleted and the pod left alone;
-   c. evict the pod: a Warning Event ``Evicted`` on it naming the PMJ, its trigger and its
-      ``koordinator.sh/evict-reason``, then the pod is deleted; condition ``Eviction``,
-      reason ``EvictComplete`` (a refused deletion: reason ``FailedEvict``, tried again);
+   c. evict the pod, as its eviction policy and delete options say (:mod:`.evictionpolicy`:
+      ``Eviction`` and ``Delete`` delete it, ``SoftEviction`` annotates it and leaves the
+      deletion to its owner), then a Warning Event ``Evicted`` on it naming the PMJ, its
+      trigger and its ``koordinator.sh/evict-reason`` (``deleteOptions.dryRun: [All]``:
+      nothing is written to the pod, a Normal Event ``EvictionProposed``); condition
+      ``Eviction``, reason ``EvictComplete`` (a refused write: reason ``FailedEvict``, tried
+      again). Each eviction takes an ``evictQPS``/``evictBurst`` token first
+      (:mod:`.migrationrates`); with none the PMJ stays ``Running`` with reason
+      ``TooManyEvictions`` and the loop runs again when the next token is due. A bad policy
+      label or delete option (checked when the PMJ starts and before it evicts) fails the
+      PMJ with reason ``FailedEvict`` and a message naming the field, before any reservation
+      is made;
    d. wait for a new pod of the same owner (another uid) bound into the reservation
       (``reservation-allocated`` carries its uid): ``PodBoundReservation``; once it is Ready,
       ``BoundPodReady`` and ``Succeeded`` with ``status.podRef`` the new pod and
       ``status.nodeName`` its node.
-6. **EvictDirectly**: the pod is evicted as in 5c and the PMJ ``Succeeded``.
+6. **EvictDirectly**: the pod is evicted as in 5c (the same token, policy and options) and
+   the PMJ ``Succeeded``.
 
 ``status.reason``/``status.message`` tell the current step (``WaitForPodBindReservation``...)
 or the end; a PMJ ending ``Failed`` or ``Aborted`` gets a Warning Event with them.
@@ -58,13 +74,18 @@ evicted pod needs no mark for that: a deleted pod is not a finished one (only ph
 ``Succeeded``/``Failed`` count towards a job's completions or failures) and the unit's
 admissions keep their replicas while a replica's pod is missing.
 
-Not done (yet): the eviction rate limiter (``evictQPS``/``evictBurst``), the per-workload object
-limiter, ``reservationOptions.template`` and preemption options, the pod-importance order of
-arbitration, ``deleteOptions`` (the pod is deleted at once) and ``evictionPolicy`` (every
-eviction deletes).
+The loop's limits come from the descheduler's ConfigMap (the first profile's
+``MigrationControllerArgs``; a configuration that does not load keeps those in force). The
+token buckets live as long as the rates they were made for (``evictQPS``, ``evictBurst``,
+``objectLimiters``). The descheduler loop's own direct evictions (pods of schedulers outside
+``schedulerNames``) keep their own ``evictQPS`` bucket.
 
-:func:`arbitrate` and :func:`advance` are pure; :class:`MigrationController` reads a snapshot and
-writes through the store.
+Not done (yet): ``reservationOptions.template`` and preemption options, and the pod-importance
+order of arbitration.
+
+:func:`arbitrate` and :func:`advance` are pure but for the tokens they take from the loop's
+buckets (:class:`~.migrationrates.MigrationRates`, passed in; without it no rate applies);
+:class:`MigrationController` reads a snapshot and writes through the store.
 """
 
 from __future__ import annotations
@@ -95,6 +116,7 @@ from apis.duration import Duration
 from apis.kinds import Registry, default_registry
 from apis.meta import Condition, Object, ObjectMeta, ObjectReference
 from apis.scheduling import (
+    DeleteOptions,
     PodMigrationJob,
     PodMigrationReservationOptions,
     Reservation,
@@ -107,8 +129,26 @@ from controller.descheduler.config import (
     DeschedulerConfigError,
     load_configuration,
 )
+from controller.descheduler.evictionpolicy import (
+    ANNOTATION_SOFT_EVICTION,
+    EVICTION,
+    SOFT_EVICTION,
+    EvictionPlan,
+    check_delete_options,
+    check_policy,
+    event_message,
+    plan_eviction,
+    soft_evicted,
+)
+from controller.descheduler.migrationrates import (
+    DEFAULT_OBJECT_RATES,
+    MigrationRates,
+    ObjectLimiterArgs,
+    ObjectRate,
+    object_rates,
+)
 from controller.errors import AlreadyExists, NotFound, StoreError
-from controller.events import WARNING, EventRecorder
+from controller.events import NORMAL, WARNING, EventRecorder
 from controller.mutations import whole_seconds
 from controller.reservations import AnnotationError
 from controller.reservations.affinity import parse_allocated
@@ -125,6 +165,7 @@ __all__ = [
     "MODE_EVICT_DIRECTLY",
     "MODE_RESERVATION_FIRST",
     "PENDING",
+    "REASON_TOO_MANY_EVICTIONS",
     "RUNNING",
     "SUCCEEDED",
     "Arbitration",
@@ -175,9 +216,12 @@ REASON_EVICT_COMPLETE: Final = "EvictComplete"
 REASON_FAILED_EVICT: Final = "FailedEvict"
 REASON_WAIT_FOR_POD_BIND_RESERVATION: Final = "WaitForPodBindReservation"
 REASON_WAIT_FOR_BOUND_POD_READY: Final = "WaitForBoundPodReady"
+REASON_TOO_MANY_EVICTIONS: Final = "TooManyEvictions"
 
 #: The Event reason on an evicted pod.
 EVENT_EVICTED: Final = "Evicted"
+#: The Event reason on a pod whose eviction is a dry run (``deleteOptions.dryRun: [All]``).
+EVENT_EVICTION_PROPOSED: Final = "EvictionProposed"
 #: The component Events are recorded as.
 COMPONENT: Final = "koord-descheduler"
 
@@ -249,6 +293,15 @@ class Limits:
     default_job_mode: str = MODE_RESERVATION_FIRST
     #: ``spec.ttl`` when a PMJ gives none.
     default_job_ttl: timedelta = DEFAULT_TTL
+    #: Evictions per second (0: no limit) and at once (``evictQPS``, ``evictBurst``).
+    evict_qps: float = 10.0
+    evict_burst: int = 1
+    #: ``objectLimiters`` (only the enabled ones count; empty: none).
+    object_limiters: tuple[ObjectRate, ...] = DEFAULT_OBJECT_RATES
+    #: ``evictionPolicy``: ``Eviction``, ``Delete`` or ``SoftEviction``.
+    eviction_policy: str = EVICTION
+    #: ``defaultDeleteOptions``: a PMJ's ``spec.deleteOptions`` when it gives none.
+    default_delete_options: DeleteOptions | None = None
 
     def __post_init__(self) -> None:
         _check_count("maxMigratingPerNode", self.max_migrating_per_node)
@@ -262,6 +315,17 @@ class Limits:
             )
         if self.default_job_ttl < timedelta(0):
             raise ValueError(f"defaultJobTTL: must not be negative, got {self.default_job_ttl}")
+        if isinstance(self.evict_qps, bool) or not self.evict_qps >= 0:
+            raise ValueError(f"evictQPS: must be a number >= 0, got {self.evict_qps!r}")
+        if self.evict_qps > 0 and (isinstance(self.evict_burst, bool) or self.evict_burst <= 0):
+            raise ValueError(
+                f"evictBurst: must be > 0 when evictQPS is set, got {self.evict_burst!r}"
+            )
+        kinds = [o.kind for o in self.object_limiters]
+        if len(set(kinds)) != len(kinds):
+            raise ValueError(f"objectLimiters: one limiter per type, got {kinds}")
+        check_policy(self.eviction_policy, "evictionPolicy")
+        check_delete_options(self.default_delete_options, "defaultDeleteOptions")
 
     @classmethod
     def of(cls, args: MigrationArgs) -> Limits:
@@ -274,6 +338,17 @@ class Limits:
             max_unavailable_per_workload=args.max_unavailable_per_workload,
             default_job_mode=args.default_job_mode,
             default_job_ttl=timedelta(microseconds=args.default_job_ttl.nanoseconds // 1000),
+            evict_qps=args.qps,
+            evict_burst=args.evict_burst,
+            object_limiters=object_rates(args.object_limiters),
+            eviction_policy=args.eviction_policy,
+            default_delete_options=args.default_delete_options,
+        )
+
+    def rates(self) -> MigrationRates:
+        """Fresh token buckets for these limits."""
+        return MigrationRates(
+            qps=self.evict_qps, burst=self.evict_burst, objects=self.object_limiters
         )
 
 
@@ -294,6 +369,16 @@ class MigrationArgs(Protocol):
     def default_job_mode(self) -> str: ...
     @property
     def default_job_ttl(self) -> Duration: ...
+    @property
+    def qps(self) -> float: ...
+    @property
+    def evict_burst(self) -> int: ...
+    @property
+    def object_limiters(self) -> Mapping[str, ObjectLimiterArgs]: ...
+    @property
+    def eviction_policy(self) -> str: ...
+    @property
+    def default_delete_options(self) -> DeleteOptions | None: ...
 
 
 def workload_limit(value: int | str | None, replicas: int) -> int:
@@ -409,6 +494,8 @@ class Arbitration:
     missing: Sequence[PodMigrationJob]
     #: PMJ name -> the limit that keeps it Pending.
     waiting: Mapping[str, str]
+    #: When an object limiter holding a PMJ has a token again (None: none holds one).
+    wake_at: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -460,9 +547,15 @@ def _refusal(pod: Pod, namespace: str, counts: _Counts, world: World, limits: Li
 
 
 def arbitrate(
-    jobs: Sequence[PodMigrationJob], world: World, limits: Limits, now: datetime
+    jobs: Sequence[PodMigrationJob],
+    world: World,
+    limits: Limits,
+    now: datetime,
+    *,
+    rates: MigrationRates | None = None,
 ) -> Arbitration:
-    """Which ``Pending`` (not paused) PMJs may run now (module docstring, 4). Pure."""
+    """Which ``Pending`` (not paused) PMJs may run now (module docstring, 4). Pure, but for
+    the tokens it takes from ``rates`` (the object limiters; None: not applied)."""
     counts = _Counts()
     for job in jobs:
         if job.status.phase == RUNNING:
@@ -474,6 +567,7 @@ def arbitrate(
     admitted: list[PodMigrationJob] = []
     missing: list[PodMigrationJob] = []
     waiting: dict[str, str] = {}
+    wake_at: datetime | None = None
     for job in pending:
         pod = world.pod_of(job)
         if pod is None:
@@ -487,11 +581,20 @@ def arbitrate(
         if refused:
             waiting[job.metadata.name] = refused
             continue
+        if rates is not None:
+            owner = _controller_of(pod)
+            replicas = len(world.by_controller.get(owner, ())) if owner else 0
+            most = workload_limit(limits.max_migrating_per_workload, replicas)
+            held = rates.take_start(pod, owner, most, now)
+            if held is not None:
+                waiting[job.metadata.name], due = held
+                wake_at = due if wake_at is None else min(wake_at, due)
+                continue
         counts.add(namespace, pod)
         ref = _replace(job.spec.pod_ref, namespace=namespace, uid=pod.metadata.uid)
         running = _replace(job, spec=_replace(job.spec, pod_ref=ref))
         admitted.append(_status(running, phase=RUNNING, reason="", message=""))
-    return Arbitration(admitted=admitted, missing=missing, waiting=waiting)
+    return Arbitration(admitted=admitted, missing=missing, waiting=waiting, wake_at=wake_at)
 
 
 # --- status helpers -------------------------------------------------------------------------------
@@ -562,6 +665,7 @@ def _ended(job: PodMigrationJob, phase: str, reason: str, message: str) -> PodMi
 class Eviction:
     pod: Pod
     job: PodMigrationJob
+    plan: EvictionPlan = field(default_factory=EvictionPlan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -693,17 +797,37 @@ def _replacement(job: PodMigrationJob, reservation: Reservation, world: World) -
     return min(found, key=lambda p: (not _pod_ready(p), p.metadata.name), default=None)
 
 
-def _evict(job: PodMigrationJob, pod: Pod | None, now: datetime) -> Step:
-    """Step 5c (and 6 with ``finish``): evict the pod, or go on when it is already gone."""
+def _evict(job: PodMigrationJob, pod: Pod | None, plan: EvictionPlan, now: datetime) -> Step:
+    """Step 5c (and 6): evict the pod, or go on when it is already gone."""
     message = (
-        f"pod {pod.metadata.namespace}/{pod.metadata.name} evicted"
+        f"pod {pod.metadata.namespace}/{pod.metadata.name} {plan.verb}"
         if pod is not None
         else "the pod was already gone"
     )
     after = _set_condition(
         job, COND_EVICTION, "True", now, reason=REASON_EVICT_COMPLETE, message=message
     )
-    return Step(job=after, evict=Eviction(pod=pod, job=job) if pod is not None else None)
+    evict = Eviction(pod=pod, job=job, plan=plan) if pod is not None else None
+    return Step(job=after, evict=evict)
+
+
+def _plan(job: PodMigrationJob, pod: Pod, limits: Limits) -> EvictionPlan:
+    """How ``pod`` is evicted (``ValueError`` naming the field of a bad value)."""
+    return plan_eviction(
+        pod,
+        default_policy=limits.eviction_policy,
+        job_options=job.spec.delete_options,
+        default_options=limits.default_delete_options,
+    )
+
+
+def _throttled(job: PodMigrationJob, rates: MigrationRates | None, now: datetime) -> Step | None:
+    """The step of a PMJ whose eviction has no token (None: a token was taken)."""
+    due = rates.take_eviction(now) if rates is not None else None
+    if rates is None or due is None:
+        return None
+    message = f"evictQPS {rates.qps:g} (evictBurst {rates.burst}) reached, tried again"
+    return Step(job=_status(job, reason=REASON_TOO_MANY_EVICTIONS, message=message), wake_at=due)
 
 
 def _fail(job: PodMigrationJob, reason: str, message: str) -> Step:
@@ -713,17 +837,34 @@ def _fail(job: PodMigrationJob, reason: str, message: str) -> Step:
     )
 
 
-def advance(job: PodMigrationJob, world: World, limits: Limits, now: datetime) -> Step:
-    """The next step of a ``Running`` PMJ (module docstring, 5-6). Pure."""
+def advance(
+    job: PodMigrationJob,
+    world: World,
+    limits: Limits,
+    now: datetime,
+    *,
+    rates: MigrationRates | None = None,
+) -> Step:
+    """The next step of a ``Running`` PMJ (module docstring, 5-6). Pure, but for the token an
+    eviction takes from ``rates`` (``evictQPS``; None: not applied)."""
     pod = world.pod_of(job)
+    plan = EvictionPlan()
+    if pod is not None and not _done(job, COND_EVICTION):
+        try:
+            plan = _plan(job, pod, limits)
+        except ValueError as err:
+            return _fail(job, REASON_FAILED_EVICT, str(err))
     if _mode(job, limits) == MODE_EVICT_DIRECTLY:
         if pod is None:
             namespace, name = _pod_key(job)
             message = f'Pod "{namespace}/{name}" not found'
             return Step(job=_ended(job, FAILED, REASON_MISSING_POD, message))
-        step = _evict(job, pod, now)
+        held = _throttled(job, rates, now)
+        if held is not None:
+            return held
+        step = _evict(job, pod, plan, now)
         assert step.job is not None
-        done = _ended(step.job, SUCCEEDED, REASON_EVICT_COMPLETE, "pod evicted")
+        done = _ended(step.job, SUCCEEDED, REASON_EVICT_COMPLETE, f"pod {plan.verb}")
         return Step(job=done, evict=step.evict)
     name = reservation_name(job)
     reservation = world.reservations.get(name)
@@ -764,7 +905,10 @@ def advance(job: PodMigrationJob, world: World, limits: Limits, now: datetime) -
         job = _replace(job, status=_replace(job.status, node_name=reservation.status.node_name))
     evicted: Eviction | None = None
     if not _done(job, COND_EVICTION):
-        step = _evict(job, pod, now)
+        held = _throttled(job, rates, now) if pod is not None else None
+        if held is not None:
+            return held
+        step = _evict(job, pod, plan, now)
         assert step.job is not None
         job, evicted = step.job, step.evict
     bound = _replacement(job, reservation, world)
@@ -848,6 +992,16 @@ class MigrationController:
         self._recorder: EventRecorder | None = None
         self._pod_view: Sequence[Object] | None = None
         self._pod_index: World | None = None
+        self._rates: MigrationRates | None = None
+        self._rates_of: tuple[float, int, tuple[ObjectRate, ...]] | None = None
+
+    def _rates_for(self, limits: Limits) -> MigrationRates:
+        """The token buckets of ``limits``, kept while the rates stay the same."""
+        key = (limits.evict_qps, limits.evict_burst, limits.object_limiters)
+        if self._rates is None or key != self._rates_of:
+            self._rates = limits.rates()
+            self._rates_of = key
+        return self._rates
 
     def _configure(self, snapshot: Snapshot) -> None:
         """Limits from the descheduler's ConfigMap when it changed (a configuration that does
@@ -874,9 +1028,14 @@ class MigrationController:
                 ),
                 None,
             )
-            self.limits = Limits.of(args) if args is not None else Limits()
         except (DeschedulerConfigError, ValueError) as err:
             log.debug("migration: keeping the limits in force: %s", err)
+            return
+        try:
+            self.limits = Limits.of(args) if args is not None else Limits()
+        except ValueError as err:
+            # What the descheduler's own checks of the args let through.
+            log.warning("migration: keeping the limits in force: MigrationControllerArgs: %s", err)
 
     def _events(self, ctx: LoopContext) -> EventRecorder:
         if self._recorder is None or self._store is not ctx.store:
@@ -922,12 +1081,19 @@ class MigrationController:
             kept.append(job)
         if any(j.status.phase not in FINAL_PHASES and not j.spec.paused for j in kept):
             world = self._world(snapshot, registry)
-            arbitration = arbitrate(kept, world, limits, now)
+            rates = self._rates_for(limits)
+            arbitration = arbitrate(kept, world, limits, now, rates=rates)
+            if arbitration.wake_at is not None:
+                wakes.append(arbitration.wake_at)
             steps.extend(Step(job=j) for j in arbitration.missing)
             running = [j for j in kept if j.status.phase == RUNNING and not j.spec.paused]
-            steps.extend(advance(j, world, limits, now) for j in (*running, *arbitration.admitted))
+            steps.extend(
+                advance(j, world, limits, now, rates=rates)
+                for j in (*running, *arbitration.admitted)
+            )
             for name, limit in arbitration.waiting.items():
                 log.debug("PodMigrationJob %s waits: %s reached", name, limit)
+        wakes.extend(s.wake_at for s in steps if s.wake_at is not None)
         if not self._apply(ctx, steps):
             wakes.append(now + timedelta(seconds=RETRY_SECONDS))
         if not wakes:
@@ -1005,31 +1171,51 @@ class MigrationController:
         return ok
 
     def _evict(self, ctx: LoopContext, eviction: Eviction) -> None:
-        pod, job = eviction.pod, eviction.job
+        """Evict as the plan says (:mod:`.evictionpolicy`); a refused write raises."""
+        pod, job, plan = eviction.pod, eviction.job, eviction.plan
         annotations = job.metadata.annotations
         reason = annotations.get(k.ANNOTATION_EVICT_REASON, "")
         trigger = annotations.get(k.ANNOTATION_EVICT_TRIGGER, "")
         by = f"PodMigrationJob {job.metadata.name}"
         if trigger:
             by = f"{by} ({trigger})"
-        message = f"evicted by {by}: {reason}" if reason else f"evicted by {by}"
+        message = event_message(plan, by, reason)
         store = ctx.store
         kind = store.registry.for_type(Pod)
         try:
             current = store.get(kind, pod.metadata.name, pod.metadata.namespace)
         except NotFound:
             return
-        if current.metadata.uid != pod.metadata.uid:
+        if not isinstance(current, Pod) or current.metadata.uid != pod.metadata.uid:
             return  # already replaced by a pod of the same name
-        self._events(ctx).record(pod, type=WARNING, reason=EVENT_EVICTED, message=message)
-        try:
-            store.delete(kind, pod.metadata.name, pod.metadata.namespace)
-        except NotFound:
+        events = self._events(ctx)
+        if plan.dry_run:
+            events.record(pod, type=NORMAL, reason=EVENT_EVICTION_PROPOSED, message=message)
             return
+        if plan.policy == SOFT_EVICTION:
+            if ANNOTATION_SOFT_EVICTION in current.metadata.annotations:
+                return  # marked before
+            marked = soft_evicted(current, plan, by, reason, ctx.now())
+            if plan.resource_version:
+                meta = _replace(marked.metadata, resource_version=plan.resource_version)
+                marked = _replace(marked, metadata=meta)
+            store.update(marked)
+        else:
+            try:
+                store.delete(
+                    kind,
+                    pod.metadata.name,
+                    pod.metadata.namespace,
+                    resource_version=plan.resource_version,
+                )
+            except NotFound:
+                return
+        events.record(pod, type=WARNING, reason=EVENT_EVICTED, message=message)
         log.info(
-            "evicted pod %s/%s for PodMigrationJob %s",
+            "pod %s/%s %s for PodMigrationJob %s",
             pod.metadata.namespace,
             pod.metadata.name,
+            plan.verb,
             job.metadata.name,
         )
 

@@ -22,7 +22,7 @@ from typing import Final
 
 from apis import constants as k
 from apis.core import Pod
-from apis.qos import KubeQoS, PriorityClass, QoSClass, koord_qos, kube_qos, priority_class
+from apis.qos import KubeQoS, PriorityClass, QoSClass, pod_classes
 
 __all__ = ["ANNOTATION_POD_DELETION_COST", "SortKey", "annotation_cost", "sort_key", "sorted_pods"]
 
@@ -71,13 +71,15 @@ def annotation_cost(pod: Pod, key: str) -> int:
 
 def sort_key(pod: Pod) -> SortKey:
     """The pod's place in the order (smaller: moved earlier)."""
+    kube, koord, priority = pod_classes(pod)
+    annotations = pod.metadata.annotations
     return (
-        _PRIORITY_CLASS_RANK[priority_class(pod)],
+        _PRIORITY_CLASS_RANK[priority],
         pod.spec.priority or 0,
-        _KUBE_QOS_RANK[kube_qos(pod)],
-        _KOORD_QOS_RANK[koord_qos(pod)],
-        annotation_cost(pod, ANNOTATION_POD_DELETION_COST),
-        annotation_cost(pod, k.ANNOTATION_EVICTION_COST),
+        _KUBE_QOS_RANK[kube],
+        _KOORD_QOS_RANK[koord],
+        annotation_cost(pod, ANNOTATION_POD_DELETION_COST) if annotations else 0,
+        annotation_cost(pod, k.ANNOTATION_EVICTION_COST) if annotations else 0,
     )
 
 

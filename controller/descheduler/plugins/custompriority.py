@@ -329,14 +329,8 @@ class _Targets:
         self._static: dict[tuple[_Constraints, int], bool] = {}
         #: First fits found since the last change of capacity, by need and constraints.
         self._memo: dict[tuple[tuple[tuple[str, int], ...], _Constraints], int | None] = {}
-        self._caps = [
-            (
-                node.allocatable.get(_CPU, 0),
-                node.allocatable.get(_MEMORY, 0),
-                node.allocatable.get(nodefit.PODS, _UNLIMITED),
-            )
-            for node in self.nodes
-        ]
+        #: Each target's allocatable cpu, memory and pods, once a search reached it.
+        self._caps: list[tuple[int, int, int] | None] = [None] * len(self.nodes)
         #: The ledger's load of each node, once a search reached it.
         self._loads: list[dict[str, int] | None] = [None] * len(self.nodes)
         self._held: dict[int, dict[str, int]] = {}
@@ -347,11 +341,11 @@ class _Targets:
         # Max-trees of the remaining cpu, memory and pods; leaves at [size, 2 * size), those of
         # nodes not summed yet at infinity.
         count = len(self.nodes)
-        self._trees: tuple[list[float], ...] = tuple([-_UNLIMITED] * (2 * size) for _ in range(3))
-        for tree in self._trees:
-            tree[size : size + count] = [math.inf] * count
-            for v in range(size - 1, 0, -1):
-                tree[v] = max(tree[2 * v], tree[2 * v + 1])
+        tree: list[float] = [-_UNLIMITED] * (2 * size)
+        tree[size : size + count] = [math.inf] * count
+        for v in range(size - 1, 0, -1):
+            tree[v] = max(tree[2 * v], tree[2 * v + 1])
+        self._trees: tuple[list[float], ...] = (tree, list(tree), list(tree))
 
     def _load(self, i: int) -> dict[str, int]:
         """Target ``i``'s load (summed on first use, its leaves then set)."""
@@ -362,7 +356,15 @@ class _Targets:
         return load
 
     def _remaining(self, i: int) -> tuple[int, int, int]:
-        cpu, memory, pods = self._caps[i]
+        caps = self._caps[i]
+        if caps is None:
+            allocatable = self.nodes[i].allocatable
+            caps = self._caps[i] = (
+                allocatable.get(_CPU, 0),
+                allocatable.get(_MEMORY, 0),
+                allocatable.get(nodefit.PODS, _UNLIMITED),
+            )
+        cpu, memory, pods = caps
         load = self._load(i)
         return (
             cpu - load.get(_CPU, 0),
@@ -552,8 +554,8 @@ class CustomPriority:
         the caller)."""
         namespaces = self.args.evictable_namespaces
         selectors = self._pod_selectors
-        found = []
-        for pod in pods:
+        keyed: list[tuple[tuple[int, int, str, str], int, Pod]] = []
+        for i, pod in enumerate(pods):
             meta = pod.metadata
             if taken and (meta.namespace, meta.name) in taken:
                 continue
@@ -562,9 +564,23 @@ class CustomPriority:
             if selectors and not any(s.matches(meta.labels) for s in selectors):
                 continue
             if lazy or evictor.filter(pod):
-                found.append(pod)
-        found.sort(key=candidate_order)
-        return found
+                containers = pod.spec.containers
+                resources = containers[0].resources if len(containers) == 1 else None
+                if resources is not None and not resources.limits:
+                    # candidate_order of the common pod, inlined: every pod of a source node
+                    requests = resources.requests
+                    key = (
+                        requests.get(_CPU, 0),
+                        requests.get(_MEMORY, 0),
+                        meta.namespace,
+                        meta.name,
+                    )
+                else:
+                    key = candidate_order(pod)
+                keyed.append((key, i, pod))
+        # By key, then given order (a stable sort); the pods themselves are never compared.
+        keyed.sort()
+        return [pod for _, _, pod in keyed]
 
     def _best_effort(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from collections.abc import Sequence
@@ -51,10 +52,13 @@ class Pick:
         self.args = args
         self.runs = 0
         self.seen: list[CycleView] = []
+        #: Whether Python's garbage collector was on, per run.
+        self.collector: list[bool] = []
 
     def balance(self, view: CycleView, evictor: Evictor) -> Status:
         self.runs += 1
         self.seen.append(view)
+        self.collector.append(gc.isenabled())
         if self.args.cordon:
             evictor.cordon(self.args.cordon, plugin=self.name)
         for node in view.nodes:
@@ -241,6 +245,30 @@ def test_each_profile_sees_the_nodes_of_its_selector(store: Store, clock: Clock)
         (view,) = plugin.seen
         seen[profile.profile.name] = [n.metadata.name for n in view.nodes]
     assert seen == {"test": ["node-a", "node-b"], "only-b": ["node-b"]}
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["collector on", "collector off"])
+def test_the_garbage_collector_rests_during_a_cycle_and_is_left_as_it_was(
+    store: Store, clock: Clock, enabled: bool
+) -> None:
+    setup_cluster(store)
+    store.create(config_map(document()))
+    loop, ctx = loop_and_context(store, clock)
+    was = gc.isenabled()
+    try:
+        if enabled:
+            gc.enable()
+        else:
+            gc.disable()
+        loop.reconcile(ctx)
+        after = gc.isenabled()
+    finally:
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
+    assert plugin_of(loop).collector == [False]
+    assert after is enabled
 
 
 def test_a_failing_plugin_is_logged_and_the_others_still_run(

@@ -708,3 +708,76 @@ def test_first_fit_passes_over_full_targets_and_fills_leftover_room(
     # but "a" still takes a small one.
     assert moves == [("default/big00", "a"), ("default/big01", "b"), ("default/small00", "a")]
     assert evictor.evicted() == ["big00", "big01", "small00"]
+
+
+# --- node usage: which reported pods count ---------------------------------------------------
+
+
+def _reported(namespace: str, name: str, cpu: int) -> tuple[Pod, int, int]:
+    return make_pod(name, node="elsewhere", namespace=namespace), cpu, cpu * 1000
+
+
+@pytest.mark.parametrize(
+    ("on_node", "reported", "cpu", "smallest", "counted"),
+    [
+        pytest.param(
+            [("default", "a"), ("default", "b")],
+            [("default", "b", 300), ("default", "a", 100)],
+            400,
+            100,
+            [("default", "a"), ("default", "b")],
+            id="reported in another order",
+        ),
+        pytest.param(
+            [("default", "a"), ("default", "b")],
+            [("default", "a", 100), ("default", "gone", 900)],
+            100,
+            100,
+            [("default", "a")],
+            id="an unreported pod and a reported pod no longer on the node",
+        ),
+        pytest.param(
+            [("default", "a"), ("team", "a")],
+            [("team", "a", 200), ("default", "a", 50), ("other", "a", 700)],
+            250,
+            50,
+            [("default", "a"), ("team", "a")],
+            id="one name in several namespaces",
+        ),
+        pytest.param(
+            [("default", "a")],
+            [("team", "a", 200)],
+            0,
+            None,
+            [],
+            id="same name, another namespace: not this pod",
+        ),
+        pytest.param(
+            [("default", "a"), ("default", "b")],
+            [("default", "a", 100), ("default", "b", -40)],
+            60,
+            -40,
+            [("default", "a"), ("default", "b")],
+            id="a negative report counts and is the smallest",
+        ),
+    ],
+)
+def test_node_usage_counts_the_reported_pods_on_the_node(
+    on_node: list[tuple[str, str]],
+    reported: list[tuple[str, str, int]],
+    cpu: int,
+    smallest: int | None,
+    counted: list[tuple[str, str]],
+) -> None:
+    pods = [make_pod(name, node="n", namespace=namespace) for namespace, name in on_node]
+    metric = make_nodemetric(
+        "n", system_cpu=10, pods=[_reported(ns, name, amount) for ns, name, amount in reported]
+    )
+    usage = node_usage(make_node("n"), metric, pods, ("cpu",), now=T0, expiration_seconds=180)
+    assert usage is not None
+    assert usage.usage == {"cpu": 10 + cpu, "pods": len(pods)}
+    assert usage.smallest == ({} if smallest is None else {"cpu": smallest})
+    assert sorted(usage.pod_usage()) == counted
+    assert [amounts is not None for amounts in usage.reported] == [
+        key in counted for key in on_node
+    ]

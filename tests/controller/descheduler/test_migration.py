@@ -18,6 +18,7 @@ from apis import codec
 from apis import constants as k
 from apis.core import (
     Affinity,
+    ConfigMap,
     Container,
     Event,
     Job,
@@ -41,13 +42,17 @@ from apis.meta import Condition, Object, ObjectMeta, ObjectReference
 from apis.queueing import QueueUnit
 from apis.resources import ResourceList
 from apis.scheduling import (
+    DeleteOptions,
     PodMigrationJob,
     PodMigrationJobSpec,
     PodMigrationJobStatus,
     PodMigrationReservationOptions,
+    Preconditions,
     Reservation,
 )
-from controller.descheduler.evictor import MigrationControllerArgs
+from controller.descheduler.config import DeschedulerConfigError, load_configuration
+from controller.descheduler.evictionpolicy import ANNOTATION_SOFT_EVICTION
+from controller.descheduler.evictor import MigrationControllerArgs, ObjectLimiter
 from controller.descheduler.migration import (
     ABORTED,
     FAILED,
@@ -62,6 +67,7 @@ from controller.descheduler.migration import (
     reservation_for,
     workload_limit,
 )
+from controller.descheduler.migrationrates import ObjectRate
 from controller.loops import LOOPS, LoopContext
 from controller.simulate import simulate
 from controller.store import Store
@@ -660,13 +666,26 @@ def test_limits_come_from_the_migration_controller_args() -> None:
         max_unavailable_per_workload="20%",
         default_job_mode=MODE_EVICT_DIRECTLY,
         default_job_ttl=Duration.parse("90s"),
+        evict_qps="2.5",
+        evict_burst=3,
+        object_limiters={"namespace": ObjectLimiter(duration=Duration.parse("1m"), burst=2)},
+        eviction_policy="SoftEviction",
+        default_delete_options=DeleteOptions(grace_period_seconds=30),
     )
     assert Limits.of(args) == Limits(
         max_migrating_per_node=1,
         max_unavailable_per_workload="20%",
         default_job_mode=MODE_EVICT_DIRECTLY,
         default_job_ttl=timedelta(seconds=90),
+        evict_qps=2.5,
+        evict_burst=3,
+        object_limiters=(ObjectRate("namespace", timedelta(minutes=1), burst=2),),
+        eviction_policy="SoftEviction",
+        default_delete_options=DeleteOptions(grace_period_seconds=30),
     )
+    # The defaults of both agree: 10 evictions a second, burst 1, a workload limiter.
+    assert Limits.of(MigrationControllerArgs()) == Limits()
+    assert Limits.of(MigrationControllerArgs(object_limiters={})).object_limiters == ()
 
 
 @pytest.mark.parametrize(
@@ -697,6 +716,17 @@ def test_workload_limit(value: int | str | None, replicas: int, limit: int) -> N
         ({"max_migrating_per_workload": "10"}, "maxMigratingPerWorkload"),
         ({"default_job_mode": "Sometimes"}, "defaultJobMode"),
         ({"default_job_ttl": timedelta(seconds=-1)}, "defaultJobTTL"),
+        ({"evict_qps": -1.0}, "evictQPS"),
+        ({"evict_qps": 5.0, "evict_burst": 0}, "evictBurst"),
+        ({"eviction_policy": "Evict"}, "evictionPolicy"),
+        (
+            {"default_delete_options": DeleteOptions(grace_period_seconds=-1)},
+            "defaultDeleteOptions.gracePeriodSeconds",
+        ),
+        (
+            {"object_limiters": (ObjectRate("workload"), ObjectRate("workload"))},
+            "objectLimiters",
+        ),
     ],
 )
 def test_bad_limits_name_the_field(kwargs: dict[str, object], field: str) -> None:
@@ -857,3 +887,373 @@ def test_arbitration_never_goes_past_a_limit(
     # Every Pending job is either admitted or told which limit holds it.
     pending = {j.metadata.name for j in jobs if j.status.phase != RUNNING}
     assert pending == {j.metadata.name for j in result.admitted} | set(result.waiting)
+
+
+# --- evictQPS / evictBurst, objectLimiters, evictionPolicy, deleteOptions -----------------------
+
+
+def _direct(name: str, pod: Pod, **spec: object) -> PodMigrationJob:
+    job = pmj(name, pod, mode=MODE_EVICT_DIRECTLY)
+    return replace(job, spec=replace(job.spec, **spec))
+
+
+def _pod_gone(store: Store, name: str, namespace: str = "default") -> bool:
+    return not store.exists(store.registry.for_type(Pod), name, namespace)
+
+
+def events(store: Store) -> list[Event]:
+    return [e for e in store.list(store.registry.for_type(Event))[0] if isinstance(e, Event)]
+
+
+@pytest.mark.parametrize(
+    ("qps", "burst", "per_pass", "gap"),
+    [
+        pytest.param(10.0, 1, [1, 1, 1], 0.1, id="defaults"),
+        pytest.param(1.0, 2, [2, 1], 1.0, id="burst-2"),
+        pytest.param(0.0, 1, [3], None, id="qps-0-no-limit"),
+    ],
+)
+def test_evictions_wait_for_a_token_and_the_loop_wakes_when_it_is_due(
+    store: Store,
+    clock: Clock,
+    qps: float,
+    burst: int,
+    per_pass: list[int],
+    gap: float | None,
+) -> None:
+    pods = [
+        store.create(ready(make_pod(f"p{i}", node=f"node-{i}", owner=replicaset(f"rs{i}"))))
+        for i in range(3)
+    ]
+    for i, pod in enumerate(pods):
+        store.create(_direct(f"m{i}", pod))
+    loop = MigrationController(Limits(evict_qps=qps, evict_burst=burst))
+    evicted: list[int] = []
+    for _ in per_pass:
+        before = sum(_pod_gone(store, p.metadata.name) for p in pods)
+        wait = step(store, clock, loop)
+        evicted.append(sum(_pod_gone(store, p.metadata.name) for p in pods) - before)
+        held = [
+            j for j in (get_job(store, f"m{i}") for i in range(3)) if j.status.phase != SUCCEEDED
+        ]
+        assert all((j.status.phase, j.status.reason) == (RUNNING, "TooManyEvictions") for j in held)
+        if held:
+            assert gap is not None
+            assert wait is not None
+            assert wait == pytest.approx(gap, abs=1e-3)  # the next token, not the TTL
+            clock.now += timedelta(seconds=wait)
+    assert evicted == per_pass
+    assert all(get_job(store, f"m{i}").status.phase == SUCCEEDED for i in range(3))
+
+
+def test_a_reservation_first_eviction_waits_for_a_token(store: Store, clock: Clock) -> None:
+    pods = [
+        store.create(ready(make_pod(f"p{i}", node="node-a", owner=replicaset(f"rs{i}"))))
+        for i in range(2)
+    ]
+    for i, pod in enumerate(pods):
+        store.create(pmj(f"m{i}", pod, created=T0 + timedelta(seconds=i)))
+    loop = MigrationController(Limits(evict_qps=0.5))
+    step(store, clock, loop)
+    for reservation in reservations(store):
+        store.update(
+            replace(
+                reservation,
+                status=replace(reservation.status, phase="Available", node_name="node-b"),
+            )
+        )
+    wait = step(store, clock, loop)
+    assert [_pod_gone(store, p.metadata.name) for p in pods] == [True, False]
+    second = get_job(store, "m1")
+    assert (second.status.phase, second.status.reason) == (RUNNING, "TooManyEvictions")
+    assert {c.type: c.status for c in second.status.conditions}["ReservationScheduled"] == "True"
+    assert wait == pytest.approx(2.0, abs=1e-3)
+    clock.now += timedelta(seconds=2)
+    step(store, clock, loop)
+    assert _pod_gone(store, "p1")
+    assert get_job(store, "m1").status.reason == "WaitForPodBindReservation"
+
+
+def test_on_the_simulated_clock_evictions_follow_the_rate() -> None:
+    """``koordpy simulate`` wakes the loop when each token is due: one eviction every 2 s."""
+    pods = [ready(make_pod(f"p{i}", node=f"node-{i}", owner=None)) for i in range(3)]
+    jobs = [_direct(f"m{i}", pod) for i, pod in enumerate(pods)]
+    result = simulate(
+        [*pods, *jobs],
+        loops={"migration": lambda: MigrationController(Limits(evict_qps=0.5))},
+        max_time=timedelta(minutes=4),
+    )
+    objects = list(result.objects)
+    done = [j for j in by_kind(objects, PodMigrationJob) if isinstance(j, PodMigrationJob)]
+    assert [j.status.phase for j in done] == [SUCCEEDED] * 3
+    assert by_kind(objects, Pod) == []
+    stamps = sorted(
+        e.first_timestamp
+        for e in by_kind(objects, Event)
+        if isinstance(e, Event) and e.reason == "Evicted" and e.first_timestamp is not None
+    )
+    assert [s - stamps[0] for s in stamps] == [timedelta(seconds=t) for t in (0, 2, 4)]
+
+
+@pytest.mark.parametrize(
+    ("limits", "first_pass", "wait", "second_pass"),
+    [
+        pytest.param(
+            Limits(max_migrating_per_node=0, max_migrating_per_workload=2),
+            [RUNNING, ""],
+            150.0,  # 2 per 5 minutes, burst 1: the next token in 150 s
+            [RUNNING, RUNNING],
+            id="default-workload-limiter",
+        ),
+        pytest.param(
+            Limits(
+                max_migrating_per_node=0,
+                max_migrating_per_workload=2,
+                object_limiters=(ObjectRate("workload", timedelta(minutes=1), 1, 2),),
+            ),
+            [RUNNING, RUNNING],
+            None,
+            [RUNNING, RUNNING],
+            id="burst-2",
+        ),
+        pytest.param(
+            Limits(
+                max_migrating_per_node=0,
+                max_migrating_per_workload=2,
+                object_limiters=(ObjectRate("namespace", timedelta(seconds=40), 1),),
+            ),
+            [RUNNING, ""],
+            40.0,
+            [RUNNING, RUNNING],
+            id="namespace",
+        ),
+        pytest.param(
+            Limits(max_migrating_per_node=0, max_migrating_per_workload=2, object_limiters=()),
+            [RUNNING, RUNNING],
+            None,
+            [RUNNING, RUNNING],
+            id="off",
+        ),
+    ],
+)
+def test_object_limiters_hold_a_job_pending_until_a_token_is_due(
+    store: Store,
+    clock: Clock,
+    limits: Limits,
+    first_pass: list[str],
+    wait: float | None,
+    second_pass: list[str],
+) -> None:
+    pods = [store.create(p) for p in _pods_on("node-a", 4, owner="web")]
+    for i in range(2):
+        store.create(pmj(f"m{i}", pods[i], created=T0 + timedelta(seconds=i)))
+    loop = MigrationController(limits)
+    asked = step(store, clock, loop)
+    assert [get_job(store, f"m{i}").status.phase for i in range(2)] == first_pass
+    if wait is None:
+        return
+    assert asked == pytest.approx(wait, abs=1e-3)
+    clock.now += timedelta(seconds=wait)
+    step(store, clock, loop)
+    assert [get_job(store, f"m{i}").status.phase for i in range(2)] == second_pass
+
+
+@pytest.mark.parametrize(
+    ("policy", "label", "delete_options", "gone", "event", "message"),
+    [
+        pytest.param(
+            "Eviction",
+            None,
+            None,
+            True,
+            ("Warning", "Evicted"),
+            f"evicted by PodMigrationJob move (LowNodeLoad): {REASON}",
+            id="eviction",
+        ),
+        pytest.param(
+            "Delete",
+            None,
+            None,
+            True,
+            ("Warning", "Evicted"),
+            f"deleted by PodMigrationJob move (LowNodeLoad): {REASON}",
+            id="delete",
+        ),
+        pytest.param(
+            "Eviction",
+            "Delete",
+            DeleteOptions(grace_period_seconds=30),
+            True,
+            ("Warning", "Evicted"),
+            f"deleted by PodMigrationJob move (LowNodeLoad): {REASON}; grace period 30s",
+            id="label-and-grace-period",
+        ),
+        pytest.param(
+            "Eviction",
+            "SoftEviction",
+            None,
+            False,
+            ("Warning", "Evicted"),
+            f"marked for soft eviction by PodMigrationJob move (LowNodeLoad): {REASON}",
+            id="soft-eviction-label",
+        ),
+        pytest.param(
+            "Delete",
+            None,
+            DeleteOptions(dry_run=("All",)),
+            False,
+            ("Normal", "EvictionProposed"),
+            f"eviction proposed by PodMigrationJob move (LowNodeLoad) (dry run): {REASON}",
+            id="dry-run-all",
+        ),
+    ],
+)
+def test_the_eviction_policy_and_delete_options(
+    store: Store,
+    clock: Clock,
+    policy: str,
+    label: str | None,
+    delete_options: DeleteOptions | None,
+    gone: bool,
+    event: tuple[str, str],
+    message: str,
+) -> None:
+    labels = {k.LABEL_EVICT_POLICY: label} if label is not None else None
+    pod = store.create(ready(make_pod("web-0", owner=replicaset("rs0"), labels=labels)))
+    store.create(_direct("move", pod, delete_options=delete_options))
+    step(store, clock, MigrationController(Limits(eviction_policy=policy)))
+    assert get_job(store).status.phase == SUCCEEDED
+    assert _pod_gone(store, "web-0") is gone
+    [recorded] = [e for e in events(store) if e.involved_object.kind == "Pod"]
+    assert ((recorded.type, recorded.reason), recorded.message) == (event, message)
+    if not gone:
+        kept = store.get(store.registry.for_type(Pod), "web-0")
+        soft = label == "SoftEviction"
+        assert (ANNOTATION_SOFT_EVICTION in kept.metadata.annotations) is soft
+
+
+def test_a_soft_evicted_pod_is_left_to_its_owner(store: Store, clock: Clock) -> None:
+    """ReservationFirst with SoftEviction: the pod is marked, not deleted, and the job waits
+    for the replacement its owner brings."""
+    pod = store.create(ready(make_pod("web-0", owner=replicaset("rs0"))))
+    store.create(pmj("move", pod))
+    limits = Limits(
+        eviction_policy="SoftEviction", default_delete_options=DeleteOptions(grace_period_seconds=9)
+    )
+    loop = MigrationController(limits)
+    step(store, clock, loop)
+    [reservation] = reservations(store)
+    store.update(
+        replace(
+            reservation, status=replace(reservation.status, phase="Available", node_name="node-b")
+        )
+    )
+    step(store, clock, loop)
+    step(store, clock, loop)  # marked once: nothing more is written
+    job = get_job(store)
+    assert (job.status.phase, job.status.reason) == (RUNNING, "WaitForPodBindReservation")
+    kept = store.get(store.registry.for_type(Pod), "web-0")
+    mark = json.loads(kept.metadata.annotations[ANNOTATION_SOFT_EVICTION])
+    assert mark["initiator"] == "PodMigrationJob move (LowNodeLoad)"
+    assert mark["reason"] == REASON
+    assert mark["deleteOptions"] == {"gracePeriodSeconds": 9}
+    assert [e.count for e in events(store) if e.reason == "Evicted"] == [1]
+
+
+@pytest.mark.parametrize(
+    ("label", "delete_options", "field"),
+    [
+        pytest.param("Evict", None, "pod label koordinator.sh/evict-policy", id="label"),
+        pytest.param(
+            None,
+            DeleteOptions(grace_period_seconds=-1),
+            "spec.deleteOptions.gracePeriodSeconds",
+            id="grace-period",
+        ),
+    ],
+)
+def test_a_bad_policy_or_delete_option_fails_the_job_before_it_reserves(
+    store: Store, clock: Clock, label: str | None, delete_options: DeleteOptions | None, field: str
+) -> None:
+    labels = {k.LABEL_EVICT_POLICY: label} if label is not None else None
+    pod = store.create(ready(make_pod("web-0", owner=replicaset("rs0"), labels=labels)))
+    job = pmj("move", pod)
+    store.create(replace(job, spec=replace(job.spec, delete_options=delete_options)))
+    step(store, clock, MigrationController())
+    job = get_job(store)
+    assert (job.status.phase, job.status.reason) == (FAILED, "FailedEvict")
+    assert job.status.message.startswith(field)
+    assert reservations(store) == []
+    assert not _pod_gone(store, "web-0")
+
+
+def test_a_stale_resource_version_precondition_keeps_the_job_trying(
+    store: Store, clock: Clock
+) -> None:
+    pod = store.create(ready(make_pod("web-0", owner=replicaset("rs0"))))
+    options = DeleteOptions(preconditions=Preconditions(resource_version="12345"))
+    store.create(_direct("move", pod, delete_options=options))
+    wait = step(store, clock, MigrationController())
+    job = get_job(store)
+    assert (job.status.phase, job.status.reason) == (RUNNING, "FailedEvict")
+    assert not _pod_gone(store, "web-0")
+    assert wait == 1.0  # tried again
+
+
+MIGRATION_ONLY = """\
+apiVersion: descheduler/v1alpha2
+kind: DeschedulerConfiguration
+profiles:
+  - name: p
+    pluginConfig:
+      - name: MigrationController
+        args:
+          evictionPolicy: Delete
+          evictQPS: "0.5"
+          objectLimiters: {}
+"""
+
+
+def test_the_policy_and_rates_come_from_the_descheduler_configuration(
+    store: Store, clock: Clock
+) -> None:
+    store.create(
+        ConfigMap(
+            metadata=ObjectMeta(
+                name=k.DESCHEDULER_CONFIG_NAME, namespace=k.DESCHEDULER_CONFIG_NAMESPACE
+            ),
+            data={k.DESCHEDULER_CONFIG_KEY: MIGRATION_ONLY},
+        )
+    )
+    pods = [
+        store.create(ready(make_pod(f"p{i}", node=f"node-{i}", owner=replicaset(f"rs{i}"))))
+        for i in range(2)
+    ]
+    for i, pod in enumerate(pods):
+        store.create(_direct(f"m{i}", pod))
+    loop = MigrationController()
+    wait = step(store, clock, loop)
+    assert loop.limits.eviction_policy == "Delete"
+    assert [_pod_gone(store, p.metadata.name) for p in pods] == [True, False]
+    assert wait == pytest.approx(2.0, abs=1e-3)
+    assert [e.message.split(" by ")[0] for e in events(store)] == ["deleted"]
+
+
+def test_args_the_loop_cannot_use_keep_the_limits_in_force(store: Store, clock: Clock) -> None:
+    bad = MIGRATION_ONLY + "          defaultDeleteOptions: {gracePeriodSeconds: -1}\n"
+    store.create(
+        ConfigMap(
+            metadata=ObjectMeta(
+                name=k.DESCHEDULER_CONFIG_NAME, namespace=k.DESCHEDULER_CONFIG_NAMESPACE
+            ),
+            data={k.DESCHEDULER_CONFIG_KEY: bad},
+        )
+    )
+    pod = store.create(ready(make_pod("web-0", owner=replicaset("rs0"))))
+    store.create(_direct("move", pod))
+    loop = MigrationController()
+    step(store, clock, loop)
+    assert loop.limits == Limits()
+    # The configuration itself is refused, naming the field (the descheduler loop reports it).
+    with pytest.raises((DeschedulerConfigError, ValueError), match="defaultDeleteOptions"):
+        load_configuration(bad)

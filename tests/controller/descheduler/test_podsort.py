@@ -7,15 +7,16 @@ from collections.abc import Mapping
 import pytest
 
 from apis import constants as k
-from apis.core import Pod
+from apis.core import Container, Pod, PodSpec, PodStatus, ResourceRequirements
 from apis.meta import ObjectMeta
+from apis.resources import ResourceList
 from controller.descheduler.podsort import (
     ANNOTATION_POD_DELETION_COST,
     annotation_cost,
     sort_key,
     sorted_pods,
 )
-from tests.controller.descheduler.conftest import make_pod
+from tests.controller.descheduler.conftest import GI, make_pod
 
 BATCH = {k.LABEL_PRIORITY_CLASS: "koord-batch"}
 
@@ -148,3 +149,86 @@ def test_a_mixed_node_in_eviction_order() -> None:
         "batch",
         "prod-web",
     ]
+
+
+# --- the QoS keys ---------------------------------------------------------------------------
+
+#: A container's (requests, limits).
+Resources = tuple[dict[str, int], dict[str, int]]
+CPU_MEMORY = {"cpu": 500, "memory": GI}
+
+
+def _qos_pod(
+    containers: list[Resources],
+    *,
+    init: list[Resources] | None = None,
+    qos_class: str = "",
+    labels: Mapping[str, str] | None = None,
+) -> Pod:
+    def built(i: int, resources: Resources, kind: str) -> Container:
+        requests, limits = resources
+        return Container(
+            name=f"{kind}-{i}",
+            image="app",
+            resources=ResourceRequirements(
+                requests=ResourceList(requests), limits=ResourceList(limits)
+            ),
+        )
+
+    return Pod(
+        metadata=ObjectMeta(name="p", namespace="default", labels=dict(labels or {})),
+        spec=PodSpec(
+            containers=tuple(built(i, c, "main") for i, c in enumerate(containers)),
+            init_containers=tuple(built(i, c, "init") for i, c in enumerate(init or [])),
+        ),
+        status=PodStatus(qos_class=qos_class),
+    )
+
+
+# (class rank, kube QoS rank, koord QoS rank) of sort_key: prod 4, batch 2, none 0;
+# BestEffort 0, Burstable 1, Guaranteed 2; BE 1, LS 2, LSR 3, none 0.
+@pytest.mark.parametrize(
+    ("pod", "ranks"),
+    [
+        pytest.param(_qos_pod([({"cpu": 500}, {})]), (4, 1, 2), id="requests only: Burstable"),
+        pytest.param(_qos_pod([({}, {})]), (2, 0, 1), id="nothing set: BestEffort"),
+        pytest.param(_qos_pod([({"cpu": 0}, {})]), (2, 0, 1), id="a zero request: BestEffort"),
+        pytest.param(
+            _qos_pod([(CPU_MEMORY, CPU_MEMORY)]), (4, 2, 3), id="limits = requests: Guaranteed"
+        ),
+        pytest.param(_qos_pod([({}, CPU_MEMORY)]), (4, 2, 3), id="limits only: Guaranteed"),
+        pytest.param(
+            _qos_pod([({}, {}), (CPU_MEMORY, CPU_MEMORY)]),
+            (4, 1, 2),
+            id="one container without anything, one Guaranteed: Burstable",
+        ),
+        pytest.param(
+            _qos_pod([(CPU_MEMORY, CPU_MEMORY), ({"memory": 1}, {})]),
+            (4, 1, 2),
+            id="one Guaranteed container, one with requests only: Burstable",
+        ),
+        pytest.param(
+            _qos_pod([({}, {})], init=[({"cpu": 100}, {})]),
+            (4, 1, 2),
+            id="an init container's request counts",
+        ),
+        pytest.param(
+            _qos_pod([({"cpu": 500}, {})], qos_class="BestEffort"),
+            (2, 0, 1),
+            id="status.qosClass wins",
+        ),
+        pytest.param(
+            _qos_pod([(CPU_MEMORY, CPU_MEMORY)], labels={k.LABEL_QOS_CLASS: "BE"}),
+            (2, 2, 1),
+            id="the koordinator QoS label sets the class",
+        ),
+        pytest.param(
+            _qos_pod([({"cpu": 500}, {})], labels={k.LABEL_QOS_CLASS: "XYZ"}),
+            (0, 1, 0),
+            id="an unknown koordinator QoS label: no class",
+        ),
+    ],
+)
+def test_qos_keys(pod: Pod, ranks: tuple[int, int, int]) -> None:
+    key = sort_key(pod)
+    assert (key[0], key[2], key[3]) == ranks

@@ -43,7 +43,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
+from typing import Final, TypeAlias
 
 from apis.core import Pod
 from apis.labels import Selector
@@ -63,6 +63,7 @@ from controller.descheduler.plugins.lownodeload.thresholds import (
 )
 from controller.descheduler.plugins.lownodeload.usage import (
     NodeUsage,
+    PodKey,
     node_usage,
     pod_key,
     usage_score,
@@ -76,6 +77,19 @@ log = logging.getLogger(__name__)
 NAME: Final = "LowNodeLoad"
 
 
+class _Current(dict[str, dict[str, int]]):
+    """Node name -> its usage (or prod usage) now: a copy of the measured one, made when the
+    node is first looked at (most nodes of a large pool never are)."""
+
+    def __init__(self, usages: Sequence[NodeUsage], *, prod: bool) -> None:
+        super().__init__()
+        self._measured = {u.name: u.prod_usage if prod else u.usage for u in usages}
+
+    def __missing__(self, name: str) -> dict[str, int]:
+        found = self[name] = dict(self._measured[name])
+        return found
+
+
 @dataclass(slots=True)
 class _Cycle:
     """What one pool's passes share (runtime only)."""
@@ -87,8 +101,8 @@ class _Cycle:
     by_name: dict[str, NodeUsage]
     levels: Mapping[str, Levels]
     prod_levels: Mapping[str, Levels] | None
-    #: Pods asked for in this cycle (``namespace/name``).
-    taken: set[str]
+    #: Pods asked for in this cycle (``(namespace, name)``).
+    taken: set[PodKey]
     #: Node name -> usage / prod usage now (sources lose, targets gain, with each eviction).
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
     prod_usage: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -121,13 +135,12 @@ class _Targets:
     start: int = 0
 
 
+#: A candidate of a source: the pod, its ``(namespace, name)`` and its reported usage.
+_Candidate: TypeAlias = tuple[Pod, PodKey, Mapping[str, int]]
+
+
 def _is_prod(pod: Pod) -> bool:
     return priority_class(pod) is PriorityClass.PROD
-
-
-def _created(pod: Pod) -> float:
-    stamp = pod.metadata.creation_timestamp
-    return stamp.timestamp() if stamp is not None else 0.0
 
 
 class LowNodeLoad:
@@ -212,7 +225,7 @@ class LowNodeLoad:
         view: CycleView,
         evictor: Evictor,
         done: set[str],
-        taken: set[str],
+        taken: set[PodKey],
     ) -> None:
         usages = self._pool_usages(pool, view, done)
         if not usages:
@@ -257,8 +270,8 @@ class LowNodeLoad:
             levels=levels,
             prod_levels=prod_levels,
             taken=taken,
-            usage={u.name: dict(u.usage) for u in usages},
-            prod_usage={u.name: dict(u.prod_usage) for u in usages},
+            usage=_Current(usages, prod=False),
+            prod_usage=_Current(usages, prod=True),
         )
         if sources:
             self._pass(cycle, sources, (*classes.low, *classes.both_low), prod=False)
@@ -350,11 +363,9 @@ class LowNodeLoad:
         budget = self._budget(cycle, ordered_targets, prod=prod)
         lowest: dict[str, int] = {}
         for source in sources:
-            for amounts in by_name[source].pod_usage.values():
-                for r in resources:
-                    amount = amounts.get(r, 0)
-                    if amount < lowest.get(r, amount + 1):
-                        lowest[r] = amount
+            for r, amount in by_name[source].smallest.items():
+                if amount < lowest.get(r, amount + 1):
+                    lowest[r] = amount
         scan = _Targets(tuple(ordered_targets), lowest)
         self._skip_full(cycle, scan, prod=prod)
         detectors = self.prod_detectors if prod else self.node_detectors
@@ -366,29 +377,38 @@ class LowNodeLoad:
             elif detectors.state(key, cycle.view.now) is State.ANOMALY:
                 detectors.mark(key, pool.anomaly, normal=True, now=cycle.view.now)
 
-    def _candidates(self, cycle: _Cycle, source: NodeUsage, *, prod: bool) -> list[Pod]:
+    def _candidates(self, cycle: _Cycle, source: NodeUsage, *, prod: bool) -> list[_Candidate]:
         """The source's pods with a reported usage, not taken, selected (and koord-prod in the
         prod pass); the evictor's filter and the targets are asked later, pod by pod."""
-        found: list[Pod] = []
-        for pod in source.pods:
-            key = pod_key(pod)
-            if key not in source.pod_usage or key in cycle.taken:
+        found: list[_Candidate] = []
+        taken = cycle.taken
+        for pod, amounts in zip(source.pods, source.reported, strict=True):
+            if amounts is None:
+                continue
+            meta = pod.metadata
+            key = (meta.namespace, meta.name)
+            if key in taken:
                 continue
             if prod and not _is_prod(pod):
                 continue
             if self._selected(pod):
-                found.append(pod)
+                found.append((pod, key, amounts))
         return found
 
-    def _grows_nothing(self, cycle: _Cycle, source: NodeUsage, pods: Sequence[Pod]) -> bool:
-        """Whether moving any of ``pods`` only adds to a target's usage and requests (no
+    def _grows_nothing(
+        self, cycle: _Cycle, source: NodeUsage, candidates: Sequence[_Candidate]
+    ) -> bool:
+        """Whether moving any of the candidates only adds to a target's usage and requests (no
         negative amount): then a pod that fits no target now fits none later in the pass."""
         resources = cycle.resources
-        for pod in pods:
-            amounts = source.pod_usage[pod_key(pod)]
-            if any(amounts.get(r, 0) < 0 for r in resources):
+        # The node's smallest usages bound every candidate's: look at each pod's only when
+        # some pod of the node uses less than nothing.
+        usage_may_shrink = any(source.smallest.get(r, 0) < 0 for r in resources)
+        request_of = cycle.view.request_of
+        for pod, _, amounts in candidates:
+            if usage_may_shrink and any(amounts.get(r, 0) < 0 for r in resources):
                 return False
-            if any(amount < 0 for amount in cycle.view.request_of(pod).values()):
+            if any(amount < 0 for amount in request_of(pod).values()):
                 return False
         return True
 
@@ -417,40 +437,38 @@ class LowNodeLoad:
         current = cycle.prod_usage if prod else cycle.usage
         high = all_levels[name].high
         node_fit = self.args.node_fit
-        pods = self._candidates(cycle, source, prod=prod)
-        if node_fit and pods and not self._grows_nothing(cycle, source, pods):
-            pods = [
-                pod
-                for pod in pods
-                if evictor.filter(pod)
-                and self._target_for(cycle, pod, source.pod_usage[pod_key(pod)], targets, prod=prod)
+        candidates = self._candidates(cycle, source, prod=prod)
+        if node_fit and candidates and not self._grows_nothing(cycle, source, candidates):
+            candidates = [
+                candidate
+                for candidate in candidates
+                if evictor.filter(candidate[0])
+                and self._target_for(cycle, candidate[0], candidate[2], targets, prod=prod)
                 is not None
             ]
-        if not pods:
+        if not candidates:
             return
         over = [r for r in cycle.resources if current[name].get(r, 0) > high[r]]
         over_weights = {r: cycle.pool.resource_weights.get(r, 1) for r in over}
+        capacity = source.capacity
 
-        def order(pod: Pod) -> tuple[object, ...]:
-            amounts = source.pod_usage[pod_key(pod)]
-            score = usage_score(amounts, source.capacity, over_weights, over)
+        def order(candidate: _Candidate) -> tuple[object, ...]:
+            pod, key, amounts = candidate
+            stamp = pod.metadata.creation_timestamp
             return (
                 sort_key(pod),
-                -score,
-                -_created(pod),
-                pod.metadata.namespace,
-                pod.metadata.name,
+                -usage_score(amounts, capacity, over_weights, over),
+                -stamp.timestamp() if stamp is not None else -0.0,
+                key,
             )
 
-        for pod in sorted(pods, key=order):
+        for pod, key, amounts in sorted(candidates, key=order):
             if not is_over(current[name], high) or any(v <= 0 for v in budget.values()):
                 return
             if not evictor.can_evict_from(name):
                 return
             if not evictor.filter(pod):
                 continue
-            key = pod_key(pod)
-            amounts = source.pod_usage[key]
             target = None
             if node_fit:
                 target = self._target_for(cycle, pod, amounts, targets, prod=prod)
@@ -461,7 +479,7 @@ class LowNodeLoad:
             reason = over_text(current[name], high, source.capacity, prod=prod)
             if not evictor.evict(pod, plugin=NAME, reason=reason):
                 continue
-            log.info("LowNodeLoad: evicting %s from %s to %s: %s", key, name, target, reason)
+            log.info("LowNodeLoad: evicting %s/%s from %s to %s: %s", *key, name, target, reason)
             cycle.taken.add(key)
             self._move(cycle, pod, amounts, name, target, budget)
             if target is not None:

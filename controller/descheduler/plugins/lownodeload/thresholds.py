@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from controller.descheduler.plugins.lownodeload.usage import NodeUsage
 
 __all__ = [
@@ -41,8 +43,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Levels:
+class Levels(msgspec.Struct, frozen=True):
     """A node's low and high levels (amounts, canonical units) per resource."""
 
     low: Mapping[str, float]

@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
+
+import msgspec
 
 from apis import constants as k
 from apis.core import Node, Pod
@@ -34,6 +35,7 @@ __all__ = [
     "MAX_SCORE",
     "PODS",
     "NodeUsage",
+    "PodKey",
     "capacity_of",
     "is_expired",
     "node_usage",
@@ -48,8 +50,13 @@ PODS: Final = "pods"
 MAX_SCORE: Final = 1000
 
 
-def pod_key(pod: Pod) -> str:
-    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+#: A pod's ``(namespace, name)``.
+PodKey = tuple[str, str]
+
+
+def pod_key(pod: Pod) -> PodKey:
+    meta = pod.metadata
+    return (meta.namespace, meta.name)
 
 
 def capacity_of(node: Node) -> ResourceList:
@@ -74,8 +81,7 @@ def is_expired(metric: NodeMetric, now: datetime, expiration_seconds: int) -> bo
     return updated is None or now - updated >= timedelta(seconds=expiration_seconds)
 
 
-@dataclass(frozen=True, slots=True)
-class NodeUsage:
+class NodeUsage(msgspec.Struct, frozen=True):
     """One node's usage for one cycle."""
 
     node: Node
@@ -86,12 +92,22 @@ class NodeUsage:
     prod_usage: Mapping[str, int]
     #: The pods on the node.
     pods: Sequence[Pod]
-    #: ``namespace/name`` -> reported usage, for the pods on the node that have one.
-    pod_usage: Mapping[str, Mapping[str, int]]
+    #: Each pod's reported usage (None: not reported), in the order of ``pods``.
+    reported: Sequence[Mapping[str, int] | None]
+    #: Resource -> the smallest reported usage of a pod on the node (0 for a pod that reports
+    #: none of it); absent when no pod on the node has a reported usage.
+    smallest: Mapping[str, int]
+    #: The node's name.
+    name: str
 
-    @property
-    def name(self) -> str:
-        return self.node.metadata.name
+    def pod_usage(self) -> dict[PodKey, Mapping[str, int]]:
+        """``(namespace, name)`` -> reported usage, for the pods on the node that have one
+        (a new dict each call)."""
+        return {
+            pod_key(pod): amounts
+            for pod, amounts in zip(self.pods, self.reported, strict=True)
+            if amounts is not None
+        }
 
 
 def node_usage(
@@ -111,27 +127,42 @@ def node_usage(
     info = metric.status.node_metric
     if info is None:
         return None
-    reported = {
-        (entry.namespace, entry.name): entry.pod_usage.resources
-        for entry in metric.status.pods_metric
-    }
+    entries = metric.status.pods_metric
     system = info.system_usage.resources
-    pod_usage: dict[str, Mapping[str, int]] = {}
-    everyone: list[Mapping[str, int]] = []
-    prod_pods: list[Mapping[str, int]] = []
-    for pod in pods:
-        meta = pod.metadata
-        amounts = reported.get((meta.namespace, meta.name))
-        if amounts is None:
-            continue
-        pod_usage[f"{meta.namespace}/{meta.name}"] = amounts
-        everyone.append(amounts)
-        if with_prod and priority_class(pod) is PriorityClass.PROD:
-            prod_pods.append(amounts)
-    usage = {
-        name: system.get(name, 0) + sum([amounts.get(name, 0) for amounts in everyone])
-        for name in resources
-    }
+    reported: list[Mapping[str, int] | None] = []
+    by_name = {entry.name: entry for entry in entries}
+    if len(by_name) == len(entries):
+        # Names unique on the node (the rule): look a pod up by name, then its namespace.
+        for pod in pods:
+            meta = pod.metadata
+            entry = by_name.get(meta.name)
+            reported.append(
+                entry.pod_usage.resources
+                if entry is not None and entry.namespace == meta.namespace
+                else None
+            )
+    else:
+        by_key = {(entry.namespace, entry.name): entry.pod_usage.resources for entry in entries}
+        for pod in pods:
+            meta = pod.metadata
+            reported.append(by_key.get((meta.namespace, meta.name)))
+    everyone = [amounts for amounts in reported if amounts is not None]
+    prod_pods = (
+        [
+            amounts
+            for pod, amounts in zip(pods, reported, strict=True)
+            if amounts is not None and priority_class(pod) is PriorityClass.PROD
+        ]
+        if with_prod
+        else []
+    )
+    usage: dict[str, int] = {}
+    smallest: dict[str, int] = {}
+    for name in resources:
+        column = [amounts.get(name, 0) for amounts in everyone]
+        usage[name] = system.get(name, 0) + sum(column)
+        if column:
+            smallest[name] = min(column)
     prod = {name: sum([amounts.get(name, 0) for amounts in prod_pods]) for name in resources}
     usage[PODS] = len(pods)
     return NodeUsage(
@@ -140,7 +171,9 @@ def node_usage(
         usage=usage,
         prod_usage=prod,
         pods=pods,
-        pod_usage=pod_usage,
+        reported=reported,
+        smallest=smallest,
+        name=node.metadata.name,
     )
 
 
