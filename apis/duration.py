@@ -6,6 +6,7 @@ Held as whole nanoseconds; formatted back the way Go's ``Duration.String()`` pri
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -79,23 +80,7 @@ class Duration:
         return self.nanoseconds / 1_000_000_000
 
     def __str__(self) -> str:
-        nanos = self.nanoseconds
-        if nanos == 0:
-            return "0s"
-        sign = "-" if nanos < 0 else ""
-        nanos = abs(nanos)
-        if nanos < 1_000_000_000:
-            for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
-                if nanos >= size:
-                    return sign + _trim(Decimal(nanos) / size) + unit
-        hours, rest = divmod(nanos, 3_600_000_000_000)
-        minutes, rest = divmod(rest, 60_000_000_000)
-        seconds = _trim(Decimal(rest) / 1_000_000_000)
-        if hours:
-            return f"{sign}{hours}h{minutes}m{seconds}s"
-        if minutes:
-            return f"{sign}{minutes}m{seconds}s"
-        return f"{sign}{seconds}s"
+        return _text(self.nanoseconds)
 
     def __repr__(self) -> str:
         return f"Duration({str(self)!r})"
@@ -117,3 +102,24 @@ def _trim(value: Decimal) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return text
+
+
+@functools.lru_cache(maxsize=1024)
+def _text(nanos: int) -> str:
+    """The Go form of ``nanos`` nanoseconds (reports repeat a few windows)."""
+    if nanos == 0:
+        return "0s"
+    sign = "-" if nanos < 0 else ""
+    nanos = abs(nanos)
+    if nanos < 1_000_000_000:
+        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if nanos >= size:
+                return sign + _trim(Decimal(nanos) / size) + unit
+    hours, rest = divmod(nanos, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    seconds = _trim(Decimal(rest) / 1_000_000_000)
+    if hours:
+        return f"{sign}{hours}h{minutes}m{seconds}s"
+    if minutes:
+        return f"{sign}{minutes}m{seconds}s"
+    return f"{sign}{seconds}s"

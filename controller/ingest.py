@@ -120,12 +120,15 @@ EVENT_NAMESPACE: Final = "default"
 EVICTION_COMPONENT: Final = "koordlet"
 #: Most messages written in one store transaction.
 MAX_BATCH: Final = 1024
-#: Seconds the ingest waits after a message for more to write in the same transaction.
-LINGER: Final = 0.02
-#: Seconds the ingest waits at most, while messages keep coming, before writing them. By
-#: default one ``LINGER``: the longer bodies wait, the more of them a newer report of the same
-#: topic supersedes unread (never validated, never counted as what they were).
-MAX_LINGER: Final = LINGER
+#: Seconds the ingest waits after a message for more to write in the same transaction (and
+#: again while more keep coming): each wait ends by taking what arrived into the batch, so a
+#: body waits unread at most this long (a newer report of the same topic supersedes a body
+#: still unread: never validated, never counted as what it was).
+LINGER: Final = 0.01
+#: Seconds the ingest gathers a batch at most, while messages keep coming, before writing
+#: them: under a fleet's steady flow, one commit and one pass of the control loops per this
+#: much time, whatever the rate.
+MAX_LINGER: Final = 0.05
 
 _O = TypeVar("_O", bound=Object)
 
@@ -369,6 +372,8 @@ class Ingest:
             ["leaf", "result"],
             registry=registry,
         )
+        #: (leaf, result) -> its child of the messages counter
+        self._counted: dict[tuple[str, Result], Any] = {}
         self._resyncs = Counter(
             "koordpy_ingest_resyncs",
             "Times the ingest fell too far behind and resubscribed to the retained state.",
@@ -445,7 +450,7 @@ class Ingest:
     def _superseded(self, message: Message) -> None:
         parsed = parse_node_topic(message.topic)
         leaf = parsed[1] if parsed is not None else "unknown"
-        self._messages.labels(leaf=leaf, result=Result.SUPERSEDED).inc()
+        self._count(leaf, Result.SUPERSEDED)
 
     def _kind(self, struct: type[Object]) -> Kind | None:
         if struct not in self._kinds:
@@ -512,8 +517,14 @@ class Ingest:
             raise failure
         return results
 
+    def _count(self, leaf: str, result: Result) -> None:
+        child = self._counted.get((leaf, result))
+        if child is None:
+            child = self._counted[(leaf, result)] = self._messages.labels(leaf=leaf, result=result)
+        child.inc()
+
     def _account(self, message: Message, node: str, leaf: str, result: Result) -> None:
-        self._messages.labels(leaf=leaf, result=result).inc()
+        self._count(leaf, result)
         if leaf in _STATE_LEAVES:
             if result in _TAKEN:
                 self._taken[message.topic] = hash(message.payload)

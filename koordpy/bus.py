@@ -27,6 +27,7 @@ Everything runs on the event loop's thread; ``publish`` never blocks.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections import OrderedDict
@@ -153,6 +154,10 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
         if level != "+" and level != have[i]:
             return False
     return len(have) == len(want)
+
+
+#: :func:`topic_matches`, remembered: a fleet publishes the same topics over and over.
+_matches = functools.lru_cache(maxsize=1 << 16)(topic_matches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +399,7 @@ class Bus:
                 self._retained.pop(topic, None)
         message = Message(topic, bytes(payload))
         for sub in list(self._subscriptions):
-            if topic_matches(sub.filter, topic):
+            if _matches(sub.filter, topic):
                 sub._deliver(message, retain)
 
     def subscribe(

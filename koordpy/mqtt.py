@@ -95,6 +95,7 @@ from koordpy.bus import (
 from koordpy.lifecycle import Backoff
 
 __all__ = [
+    "CONTROLLER_READ_PACE",
     "DEFAULT_MAX_PAYLOAD",
     "MqttBridge",
     "MqttFileError",
@@ -366,6 +367,9 @@ _CONNECTED_EVENT_LIMIT: Final = 65536
 _MATCH_CACHE: Final = 1 << 16
 #: Bytes one read from the broker's socket may take.
 _READ_AHEAD: Final = 1 << 18
+#: Seconds the controller's connection rests after a read that brought messages, so that
+#: under a fleet's steady flow one wake-up reads many (a report waits that much longer).
+CONTROLLER_READ_PACE: Final = 0.005
 #: Queue of the bridge's own uplink subscriptions: a controller's retained replay of every
 #: node's pods and nodeslo must fit.
 _UPLINK_QUEUE: Final = 1 << 17
@@ -383,7 +387,7 @@ class _LeanSocket:
     non-blocking socket with no data does; :meth:`pending` tells the client's reader that
     more is buffered for it, so a burst costs one wake-up."""
 
-    __slots__ = ("_acknowledge", "_buffer", "_deliver", "_sock", "_splitter", "_start")
+    __slots__ = ("_acknowledge", "_buffer", "_deliver", "_sock", "_splitter", "_start", "delivered")
 
     def __init__(
         self,
@@ -397,6 +401,8 @@ class _LeanSocket:
         self._splitter = mqttwire.Splitter()
         self._buffer = b""
         self._start = 0
+        #: Messages delivered since the client's reader last looked.
+        self.delivered = 0
 
     def recv(self, size: int) -> bytes:
         while self._start >= len(self._buffer):
@@ -406,6 +412,7 @@ class _LeanSocket:
             read, others = self._splitter.feed(data)
             self._buffer, self._start = others, 0
             if read:
+                self.delivered += len(read)
                 self._deliver(read)
                 acks = [mqttwire.puback(m.packet_id) for m in read if m.qos]
                 if acks:
@@ -433,9 +440,18 @@ class _Client(aiomqtt.Client):
     acknowledgement resolves a future with its reason code (a refused publish is told apart
     from a delivered one)."""
 
-    def __init__(self, deliver: Callable[[list[mqttwire.Publish]], None], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        deliver: Callable[[list[mqttwire.Publish]], None],
+        *,
+        read_pace: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self._deliver = deliver
+        self._read_pace = read_pace
+        #: The reader's return after a rest (see _on_socket_open).
+        self._resume: asyncio.TimerHandle | None = None
         self._acks: dict[int, asyncio.Future[int]] = {}
         #: QoS 1 messages the broker takes unacknowledged at once (its CONNACK says; 65535
         #: when it does not).
@@ -516,9 +532,50 @@ class _Client(aiomqtt.Client):
         self._client._packet_queue(mqttwire.PUBACK << 4, pubacks, 0, 1)
 
     def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
-        # Called as the socket is made, before anything is read from it.
-        client._sock = _LeanSocket(sock, self._deliver, self._acknowledge)
-        super()._on_socket_open(client, userdata, sock)
+        # Called as the socket is made (on the thread that connects), before anything is
+        # read from it.
+        lean = _LeanSocket(sock, self._deliver, self._acknowledge)
+        client._sock = lean
+        if self._read_pace <= 0:
+            super()._on_socket_open(client, userdata, sock)
+            return
+        loop = self._loop
+        fileno = sock.fileno()
+
+        def read() -> None:
+            # As aiomqtt's reader, then a rest when the read brought messages: the reader
+            # comes back ``read_pace`` seconds later to take all that arrived meanwhile.
+            lean.delivered = 0
+            try:
+                while True:
+                    client.loop_read()
+                    if lean.pending() > 0:
+                        continue
+                    break
+            except Exception as exc:
+                if not self._disconnected.done():
+                    self._disconnected.set_exception(exc)
+                return
+            if lean.delivered and client._sock is lean:
+                loop.remove_reader(fileno)
+                self._resume = loop.call_later(self._read_pace, resume)
+
+        def resume() -> None:
+            self._resume = None
+            if client._sock is lean:
+                loop.add_reader(fileno, read)
+
+        def start() -> None:
+            loop.add_reader(fileno, read)
+            self._misc_task = loop.create_task(self._misc_loop())
+
+        loop.call_soon_threadsafe(start)
+
+    def _on_socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            self._loop.call_soon_threadsafe(resume.cancel)
+        super()._on_socket_close(client, userdata, sock)
 
 
 # --- metrics ----------------------------------------------------------------------------------
@@ -668,6 +725,7 @@ class MqttBridge:
         registry: CollectorRegistry | None = None,
         name: str = "mqtt",
         rng: random.Random | None = None,
+        read_pace: float = 0.0,
     ) -> None:
         for topic_filter in (*uplink, *downlink):
             check_filter(topic_filter)
@@ -685,6 +743,8 @@ class MqttBridge:
         self._bus = bus
         self._registry = registry
         self._rng = rng or random.Random()
+        #: Seconds the connection rests after a read that brought messages (0: never).
+        self._read_pace = read_pace
         self._stats = _Stats()
         self._collector = _BridgeCollector(self._stats)
         self._outbox = Outbox()
@@ -994,6 +1054,7 @@ class MqttBridge:
         )
         client = _Client(
             self._received,
+            read_pace=self._read_pace,
             hostname=settings.host,
             port=settings.port,
             username=self.username or None,
@@ -1200,4 +1261,5 @@ def controller_bridge(
         uplink=[f"{nodes}/{leaf}" for leaf in CONTROLLER_LEAVES],
         downlink=[f"{nodes}/{leaf}" for leaf in AGENT_LEAVES],
         registry=registry,
+        read_pace=CONTROLLER_READ_PACE,
     )
