@@ -26,8 +26,13 @@ Cycle (controller-spec §6.1), every ``deschedulingInterval`` (``0s``: once per 
      ``koordinator.sh/job-created-by``; spec ``podRef``, ``mode``, ``ttl``,
      ``deleteOptions``; phase ``Pending``);
    - ``EvictDirectly`` (and, as upstream, a pod of a scheduler outside ``schedulerNames``):
-     the pod is deleted now (if it is still the pod that was seen) and gets a Warning Event
-     ``Evicted``: ``evicted by <plugin>: <reason>``.
+     the pod is evicted now as the ``migration`` loop evicts (:mod:`.evictionpolicy`: the
+     pod's ``koordinator.sh/evict-policy`` label or ``evictionPolicy``, and
+     ``defaultDeleteOptions``): deleted (if it is still the pod that was seen) or, with
+     ``SoftEviction``, annotated; a Warning Event ``Evicted``: ``evicted by <plugin>:
+     <reason>`` (``deleted by``, ``marked for soft eviction by``; ``; grace period Ns``).
+     These deletes take tokens of the cycle's own ``evictQPS`` bucket: the ``migration``
+     loop paces the evictions of PodMigrationJobs with a bucket of its own.
 
 The loop also keeps the ``descheduler_pod_migration_jobs`` gauge current on every pass.
 """
@@ -59,6 +64,13 @@ from controller.descheduler.config import (
     PluginEntry,
     ProfileConfig,
     load_configuration,
+)
+from controller.descheduler.evictionpolicy import (
+    ANNOTATION_SOFT_EVICTION,
+    SOFT_EVICTION,
+    event_message,
+    plan_eviction,
+    soft_evicted,
 )
 from controller.descheduler.evictor import (
     ActiveMigration,
@@ -441,14 +453,30 @@ class DeschedulerLoop:
                     )
                 continue
             if admission.mode == MODE_EVICT_DIRECTLY:
+                # As the migration loop evicts (controller.descheduler.evictionpolicy): the
+                # pod's evict-policy label or evictionPolicy, and defaultDeleteOptions.
                 try:
-                    store.delete(
-                        pod_kind,
-                        pod.metadata.name,
-                        pod.metadata.namespace,
-                        resource_version=pod.metadata.resource_version,
+                    plan = plan_eviction(
+                        pod,
+                        default_policy=admission.args.eviction_policy,
+                        job_options=None,
+                        default_options=admission.args.default_delete_options,
                     )
-                except StoreError as err:
+                    if plan.dry_run:
+                        pass
+                    elif plan.policy == SOFT_EVICTION:
+                        if ANNOTATION_SOFT_EVICTION not in pod.metadata.annotations:
+                            store.update(
+                                soft_evicted(pod, plan, intent.plugin, intent.reason, ledger.now)
+                            )
+                    else:
+                        store.delete(
+                            pod_kind,
+                            pod.metadata.name,
+                            pod.metadata.namespace,
+                            resource_version=plan.resource_version or pod.metadata.resource_version,
+                        )
+                except (StoreError, ValueError) as err:
                     log.warning(
                         "eviction of pod %s/%s by %s failed: %s",
                         pod.metadata.namespace,
@@ -459,15 +487,21 @@ class DeschedulerLoop:
                     result = ERROR
                 else:
                     log.info(
-                        "evicted pod %s/%s from node %s (%s: %s)",
+                        "pod %s/%s %s on node %s (%s: %s)",
                         pod.metadata.namespace,
                         pod.metadata.name,
+                        plan.verb,
                         intent.node,
                         intent.plugin,
                         intent.reason,
                     )
                     events.append(
-                        (pod, WARNING, EVICTED, f"evicted by {intent.plugin}: {intent.reason}")
+                        (
+                            pod,
+                            NORMAL if plan.dry_run else WARNING,
+                            EVICTION_PROPOSED if plan.dry_run else EVICTED,
+                            event_message(plan, intent.plugin, intent.reason),
+                        )
                     )
                     result = SUCCESS
                 if metrics is not None:

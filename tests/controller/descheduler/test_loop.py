@@ -23,6 +23,7 @@ from apis.scheduling import PodMigrationJob
 from controller import simulate as sim
 from controller.descheduler import config as cfg
 from controller.descheduler.config import PluginEntry
+from controller.descheduler.evictionpolicy import ANNOTATION_SOFT_EVICTION
 from controller.descheduler.framework import CycleView, Evictor, Status
 from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.plugins import PLUGINS
@@ -351,6 +352,54 @@ def test_evict_directly_deletes_the_pod_with_an_event(store: Store, clock: Clock
     assert event.type == "Warning"
     assert event.message == "evicted by Pick: testing"
     assert (event.involved_object.kind, event.involved_object.name) == ("Pod", "web-0")
+
+
+@pytest.mark.parametrize(
+    ("migration", "label", "gone", "message"),
+    [
+        ({"evictionPolicy": "Delete"}, None, True, "deleted by Pick: testing"),
+        (
+            {"defaultDeleteOptions": {"gracePeriodSeconds": 30}},
+            None,
+            True,
+            "evicted by Pick: testing; grace period 30s",
+        ),
+        ({}, "SoftEviction", False, "marked for soft eviction by Pick: testing"),
+        ({"evictionPolicy": "SoftEviction"}, "Delete", True, "deleted by Pick: testing"),
+    ],
+    ids=["policy Delete", "grace period", "label SoftEviction", "label overrides the args"],
+)
+def test_evict_directly_follows_the_eviction_policy_and_delete_options(
+    store: Store,
+    clock: Clock,
+    migration: dict[str, Any],
+    label: str | None,
+    gone: bool,
+    message: str,
+) -> None:
+    # The cycle's own deletes (EvictDirectly) follow evictionPolicy, the pod's
+    # koordinator.sh/evict-policy label and defaultDeleteOptions, as the migration loop does.
+    setup_cluster(store)
+    pods = store.registry.for_type(Pod)
+    if label is not None:
+        web = store.get(pods, "web-0", "default")
+        assert isinstance(web, Pod)
+        labels = {**web.metadata.labels, k.LABEL_EVICT_POLICY: label}
+        store.update(
+            msgspec.structs.replace(
+                web, metadata=msgspec.structs.replace(web.metadata, labels=labels)
+            )
+        )
+    store.create(config_map(document(migration={"defaultJobMode": "EvictDirectly", **migration})))
+    loop, ctx = loop_and_context(store, clock)
+    loop.reconcile(ctx)
+    assert store.exists(pods, "web-0", "default") is not gone
+    if not gone:
+        kept = store.get(pods, "web-0", "default")
+        assert isinstance(kept, Pod)
+        assert ANNOTATION_SOFT_EVICTION in kept.metadata.annotations
+    (event,) = events(store, "Evicted")
+    assert event.message == message
 
 
 def test_pods_of_other_schedulers_are_evicted_directly_in_reservation_first(
