@@ -39,6 +39,7 @@ from typing import Any, Literal
 import msgspec
 
 from apis import codec
+from apis.duration import Duration
 from apis.resources import ResourceList
 from controller.errors import StoreError
 
@@ -74,6 +75,8 @@ Key = tuple[str, str, str]
 def _enc_hook(value: Any) -> Any:
     if type(value) is ResourceList:
         return value.stored_form()  # the text it came with, or its wire form (kept by it)
+    if type(value) is Duration:
+        return str(value)
     return codec.to_builtins(value)
 
 
