@@ -8,9 +8,9 @@ rebuilds it only after that kind changed, so taking snapshots repeatedly costs l
 A kind's view is built when a snapshot first reads it (a :class:`LazyView`, shared by every
 snapshot taken while that kind stays unchanged), not when the snapshot is taken: a loop that
 reads only pods pays nothing for the thousands of nodes whose reports changed since its last
-pass. Before a kind changes, the store builds the view of any snapshot still holding that
-kind unread (:meth:`LazyView.settle`), so a snapshot reads the state it was taken at, however
-late it reads it.
+pass. Before a kind changes, the store sets aside its objects (a shallow copy of the map) for
+any snapshot still holding that kind unread (:meth:`LazyView.detach`), so a snapshot reads the
+state it was taken at, however late it reads it, and the view is built only if it does.
 """
 
 from __future__ import annotations
@@ -88,9 +88,11 @@ class LazyView:
             view = self._view = build(self)
         return view
 
-    def settle(self) -> None:
-        """Build now: the kind is about to change."""
-        self.get()
+    def detach(self, build: Callable[[LazyView], KindView]) -> None:
+        """The kind is about to change: build, when read, with ``build`` (over the state this
+        view stands for, kept aside) instead."""
+        if self._view is None:
+            self._build = build
 
 
 EMPTY_LAZY_VIEW = LazyView.of(EMPTY_VIEW)

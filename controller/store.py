@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import enum
+import functools
 import logging
 import os
 import random
@@ -138,6 +139,14 @@ class _Transaction:
 class _Pending:
     op: Callable[[Store], Any]
     future: asyncio.Future[Any]
+
+
+def _detached_view(
+    objects: dict[tuple[str, str], Object],
+    order: list[tuple[str, str]] | None,
+    _cell: LazyView,
+) -> KindView:
+    return KindView.build(objects, order)
 
 
 class Store:
@@ -693,11 +702,13 @@ class Store:
             views.pop(kind, None)
             ref = unread.pop(kind, None)
             lazy = ref() if ref is not None else None
-            if lazy is not None:
-                # A snapshot taken before this commit has not read the kind yet: build its
-                # view from the state it was taken at, before that state changes.
-                lazy.settle()
-                views.pop(kind, None)
+            if lazy is not None and not lazy.built:
+                # A snapshot taken before this commit has not read the kind yet: keep the
+                # state it was taken at aside for it (a shallow copy; the sorted keys are
+                # never changed in place), to build its view from if it reads the kind.
+                kept = dict(objects.get(kind, {}))
+                kept_order = order.get(kind)
+                lazy.detach(functools.partial(_detached_view, kept, kept_order))
         for (kind, namespace, name), obj in staged.items():
             bucket = objects.get(kind)
             if bucket is None:
