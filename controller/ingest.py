@@ -37,15 +37,16 @@ Every message is checked before anything is written, and counted in
 Times without a UTC offset are read as UTC. Nothing invalid is ever applied, and nothing an
 agent sends stops the ingest.
 
-Cost. Messages that arrive together (within ``linger``, 20 ms, of each other, and within
-``max_linger`` of the first, by default the same 20 ms) are written in one store transaction
-(one SQLite commit, and one pass of the control loops that watch the store) through
-:meth:`controller.store.Store.submit_many`; each message's writes still succeed or fail
-alone. A Node or Device that differs from the last body of its topic only in its time stamp (a
-heartbeat, a ``reported-at``: most of what a fleet sends) is taken without being decoded
-again; what is stored is exactly what decoding it would store. An ingest that falls too far
-behind a burst resubscribes, and the bus replays every node's newest state
-(``koordpy_ingest_resyncs_total`` counts it).
+Cost. Messages that arrive together (within ``linger``, 10 ms, of each other, and within
+``max_linger``, 50 ms, of the first) are written in one store transaction (one SQLite commit,
+and one pass of the control loops) through :meth:`controller.store.Store.submit_many`; each
+message's writes still succeed or fail alone. What arrives is taken off the subscription at
+every ``linger`` step, so a body waits unread at most that long. A Node or Device that
+differs from the last body of its topic only in its time stamp (a heartbeat, a
+``reported-at``: most of what a fleet sends) is taken without being decoded again; what is
+stored is exactly what decoding it would store. An ingest that falls too far behind a burst
+resubscribes, and the bus replays every node's newest state (``koordpy_ingest_resyncs_total``
+counts it).
 """
 
 from __future__ import annotations
