@@ -28,9 +28,9 @@ from apis.quantity import (
 
 __all__ = ["ResourceList"]
 
-#: Plain and milli numbers (up to 15 digits, no leading zero) joined by NUL: the values of a
-#: wire map whose reading can wait.
-_DEFERRABLE = re.compile(r"(?:[1-9][0-9]{0,14}m?|0)(?:\x00(?:[1-9][0-9]{0,14}m?|0))*")
+#: A plain or milli number (up to 15 digits, no leading zero): a quantity whose reading can
+#: wait.
+_DEFERRABLE = re.compile(r"[1-9][0-9]{0,14}m?|0")
 
 
 def _is_name(name: object) -> bool:
@@ -125,10 +125,10 @@ class ResourceList(Mapping[str, int]):
         made = cls.__new__(cls)
         made._hash = None
         try:
-            deferrable = _DEFERRABLE.fullmatch("\x00".join(raw.values())) is not None
+            deferrable = all(map(_DEFERRABLE.fullmatch, raw.values()))
         except TypeError:  # a value that is not a string
             deferrable = False
-        if deferrable and "" not in raw:
+        if deferrable and raw and "" not in raw:
             made._raw = raw
             made._wire = None
             return made
