@@ -82,6 +82,14 @@ async def until_status(bus: Bus, node: str, state: str, process: subprocess.Pope
             await asyncio.sleep(0.05)
 
 
+async def until_retained(bus: Bus, topic: str) -> None:
+    """Wait until ``topic`` holds a retained report (it may follow the agent's ``online``)."""
+    with bus.subscribe(topic) as subscription:  # a retained message is delivered first
+        async with asyncio.timeout(LIMIT):
+            await subscription.get()
+    assert list(bus.retained(topic))
+
+
 @pytest.fixture
 def secure_broker(tmp_path: Path) -> Iterator[Broker]:
     with running_broker(tmp_path / "broker", secure=True) as started:
@@ -105,7 +113,7 @@ async def test_a_killed_agent_goes_offline_through_its_will(
         with agent_process(config, "node-a") as agent:
             await until_status(cbus, "node-a", "online", agent)
             # The agent's reports came through TLS and the ACL too.
-            assert list(cbus.retained(node_topic("node-a", "node")))
+            await until_retained(cbus, node_topic("node-a", "node"))
             agent.send_signal(signal.SIGKILL)
             await until_status(cbus, "node-a", "offline", agent)
             assert agent.wait(timeout=LIMIT) == -signal.SIGKILL
@@ -142,4 +150,4 @@ async def test_an_agent_started_before_its_broker_reports_once_it_is_up(
             async with controller_bridge(cbus, broker.settings()) as controller:
                 assert await controller.wait_connected(LIMIT)
                 await until_status(cbus, "node-1", "online", agent)
-                assert list(cbus.retained(node_topic("node-1", "device")))
+                await until_retained(cbus, node_topic("node-1", "device"))
