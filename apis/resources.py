@@ -26,7 +26,7 @@ from apis.quantity import (
     to_canonical,
 )
 
-__all__ = ["ResourceList"]
+__all__ = ["ResourceList", "ResourceTally"]
 
 #: A plain or milli number (up to 15 digits, no leading zero): a quantity whose reading can
 #: wait.
@@ -260,3 +260,28 @@ class ResourceList(Mapping[str, int]):
             for name, amount in item.items():
                 merged[name] = merged.get(name, 0) + amount
         return ResourceList(merged)
+
+
+class ResourceTally:
+    """A running :meth:`ResourceList.total`: lists are added and taken away one at a time, and
+    :meth:`total` is what ``ResourceList.total`` of the lists added and not taken away gives
+    (a resource no such list names is left out, one they name with 0 is kept)."""
+
+    __slots__ = ("_sums",)
+
+    def __init__(self) -> None:
+        #: resource -> (sum, how many of the lists name it)
+        self._sums: dict[str, tuple[int, int]] = {}
+
+    def add(self, amounts: Mapping[str, int], sign: int = 1) -> None:
+        """Count ``amounts`` in (``sign`` -1: take them away again)."""
+        sums = self._sums
+        for name, amount in amounts.items():
+            total, count = sums.get(name, (0, 0))
+            sums[name] = (total + sign * amount, count + sign)
+
+    def remove(self, amounts: Mapping[str, int]) -> None:
+        self.add(amounts, -1)
+
+    def total(self) -> ResourceList:
+        return ResourceList({name: total for name, (total, count) in self._sums.items() if count})

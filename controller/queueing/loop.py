@@ -60,7 +60,7 @@ from apis.kinds import Kind, default_registry
 from apis.meta import Object
 from apis.queueing import Admission, Queue, QueueUnit, QueueUnitStatus, ReclaimState
 from apis.quota import ElasticQuota
-from apis.resources import ResourceList
+from apis.resources import ResourceList, ResourceTally
 from controller.errors import StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.queueing import admissionchecks as checks
@@ -233,8 +233,8 @@ class QueueingLoop:
         self._queues_dirty = True
         self._nodes_dirty = True
         self._allocatable: dict[tuple[str, str], Mapping[str, int]] = {}
-        #: resource -> (sum over the nodes' allocatable, how many nodes name it)
-        self._sums: dict[str, tuple[int, int]] = {}
+        #: the sum of the nodes' allocatable
+        self._tally = ResourceTally()
         self._pods_dirty = True
         self._changed_units: dict[tuple[str, str], QueueUnit | None] = {}
         self._tree: QuotaTree | None = None
@@ -295,11 +295,10 @@ class QueueingLoop:
             if after is not None:
                 self._allocatable[key] = after
             if before is not after and before != after:
-                sums = self._sums
-                for allocatable, sign in ((before, -1), (after, 1)):
-                    for name, amount in (allocatable or {}).items():
-                        total, count = sums.get(name, (0, 0))
-                        sums[name] = (total + sign * amount, count + sign)
+                if before is not None:
+                    self._tally.remove(before)
+                if after is not None:
+                    self._tally.add(after)
                 self._nodes_dirty = True
         elif kind is _POD:
             self._pods_dirty = True
@@ -487,7 +486,7 @@ class QueueingLoop:
         if not self._nodes_dirty:
             return
         self._nodes_dirty = False
-        total = {name: amount for name, (amount, count) in self._sums.items() if count > 0}
+        total = dict(self._tally.total())
         if total != self._total:
             self._total = total
             self._runtime_dirty = True

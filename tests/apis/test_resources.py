@@ -197,3 +197,30 @@ def test_deferred_or_not_a_map_reads_as_the_general_parser_reads_it(raw: dict[st
     assert dict(adopted) == expected
     assert adopted.to_wire() == {name: format_quantity(name, v) for name, v in expected.items()}
     assert adopted == ResourceList(expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),
+            st.dictionaries(st.sampled_from(["cpu", "memory", "pods"]), st.integers(0, 1000)),
+        ),
+        max_size=12,
+    )
+)
+def test_a_tally_is_the_total_of_the_lists_counted_in(
+    steps: list[tuple[bool, dict[str, int]]],
+) -> None:
+    from apis.resources import ResourceTally
+
+    tally = ResourceTally()
+    counted: list[dict[str, int]] = []
+    for remove, amounts in steps:
+        if remove and counted:
+            tally.remove(counted.pop(0))
+        else:
+            tally.add(amounts)
+            counted.append(amounts)
+        assert tally.total() == ResourceList.total(counted)
+        assert set(tally.total()) == set(ResourceList.total(counted))

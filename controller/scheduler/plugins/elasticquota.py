@@ -42,7 +42,7 @@ from apis.core import Node, Pod, pod_requests
 from apis.kinds import default_registry
 from apis.meta import Object
 from apis.quota import ElasticQuota as ElasticQuotaObject
-from apis.resources import ResourceList
+from apis.resources import ResourceList, ResourceTally
 from controller.quota.args import ElasticQuotaArgs
 from controller.quota.check import (
     QuotaIndex,
@@ -106,15 +106,8 @@ class NodeTotal:
     def __init__(self) -> None:
         #: name -> the node last seen and its allocatable
         self._nodes: dict[str, tuple[Node, ResourceList]] = {}
-        #: resource -> (sum, how many nodes name it)
-        self._sums: dict[str, tuple[int, int]] = {}
+        self._tally = ResourceTally()
         self.total = _NO_RESOURCES
-
-    def _add(self, allocatable: ResourceList, sign: int) -> None:
-        sums = self._sums
-        for name, amount in allocatable.items():
-            total, count = sums.get(name, (0, 0))
-            sums[name] = (total + sign * amount, count + sign)
 
     def update(self, nodes: Iterable[object]) -> ResourceList:
         """The sum over ``nodes`` (objects that are not Nodes are left out)."""
@@ -132,19 +125,17 @@ class NodeTotal:
             allocatable = node.allocatable
             if before is None or before[1] != allocatable:
                 if before is not None:
-                    self._add(before[1], -1)
-                self._add(allocatable, 1)
+                    self._tally.remove(before[1])
+                self._tally.add(allocatable)
                 changed = True
             seen[name] = (node, allocatable)
         for name, (_, allocatable) in known.items():
             if name not in seen:
-                self._add(allocatable, -1)
+                self._tally.remove(allocatable)
                 changed = True
         self._nodes = seen
         if changed:
-            self.total = ResourceList(
-                {name: total for name, (total, count) in self._sums.items() if count > 0}
-            )
+            self.total = self._tally.total()
         return self.total
 
 
