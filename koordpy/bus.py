@@ -31,7 +31,7 @@ import functools
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -57,6 +57,7 @@ __all__ = [
     "node_topic",
     "parse_node_topic",
     "topic_matches",
+    "without_reported_at",
 ]
 
 _log = logging.getLogger(__name__)
@@ -78,6 +79,14 @@ CONTROLLER_LEAVES: Final = ("pods", "nodeslo")
 #: The controller drops a body older than the one it stored, so a replayed or delayed
 #: message never rolls a report back.
 REPORTED_AT_ANNOTATION: Final = "koordpy.io/reported-at"
+
+
+def without_reported_at(annotations: Mapping[str, str]) -> Mapping[str, str]:
+    """``annotations`` without :data:`REPORTED_AT_ANNOTATION` (themselves when it is absent):
+    what a report says apart from when it was made."""
+    if REPORTED_AT_ANNOTATION not in annotations:
+        return annotations
+    return {key: value for key, value in annotations.items() if key != REPORTED_AT_ANNOTATION}
 
 
 class BusError(Exception):

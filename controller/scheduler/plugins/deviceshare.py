@@ -91,7 +91,7 @@ from controller.deviceshare.templates import (
 from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable, is_assigned
 from controller.scheduler.podinfo import PodInfo, pod_key
-from koordpy.bus import REPORTED_AT_ANNOTATION
+from koordpy.bus import without_reported_at
 
 if TYPE_CHECKING:
     from controller.snapshots import Snapshot
@@ -362,12 +362,7 @@ def _demand(per_device: Mapping[str, int], card_memory: int) -> dict[str, int]:
 def _content(device: Device) -> tuple[object, ...]:
     """What the allocator reads of a Device (not the time its agent last reported it)."""
     meta = device.metadata
-    annotations = meta.annotations
-    if REPORTED_AT_ANNOTATION in annotations:
-        annotations = {
-            key: value for key, value in annotations.items() if key != REPORTED_AT_ANNOTATION
-        }
-    return (device.spec.devices, meta.labels, annotations)
+    return (device.spec.devices, meta.labels, without_reported_at(meta.annotations))
 
 
 def _width(states: Mapping[str, NodeDeviceState]) -> int:

@@ -38,7 +38,7 @@ from controller.scheduler.loadaware.table import (
     score_rows,
 )
 from controller.scheduler.loadaware.usage import NodeLoad, assume, build_node_load, forget, pod_key
-from koordpy.bus import REPORTED_AT_ANNOTATION
+from koordpy.bus import without_reported_at
 
 if TYPE_CHECKING:
     from controller.scheduler.nodetable import NodeTable
@@ -55,12 +55,7 @@ _EPOCH = datetime.fromtimestamp(0, UTC)
 def _load_inputs(node: Node) -> tuple[object, ...]:
     """What a node's load record reads of the Node: allocatable and the annotations (raw
     allocatable, thresholds), not the heartbeat or the time its agent last reported it."""
-    annotations = node.metadata.annotations
-    if REPORTED_AT_ANNOTATION in annotations:
-        annotations = {
-            key: value for key, value in annotations.items() if key != REPORTED_AT_ANNOTATION
-        }
-    return (node.allocatable, annotations)
+    return (node.allocatable, without_reported_at(node.metadata.annotations))
 
 
 class LoadAwareSchedulingArgs(fw.PluginArgs, LoadAwareArgs):
