@@ -34,6 +34,7 @@ from controller.loops import LOOPS, LoopRunner, build_loops
 from controller.nodefeed import NodeFeed
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.metrics import QueueingMetrics
+from controller.reports import WITHOUT_REPORT
 from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.metrics import SchedulerMetrics
 from controller.store import Store
@@ -67,7 +68,12 @@ class Controller:
 
 def _open_store(cfg: ControllerConfig, state_dir: Path) -> Store:
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    store = Store(path=state_dir / STORE_FILE, synchronous=cfg.store.synchronous)
+    store = Store(
+        path=state_dir / STORE_FILE,
+        synchronous=cfg.store.synchronous,
+        without_report=WITHOUT_REPORT,
+        report_write_interval=cfg.store.report_write_interval,
+    )
     log.info(
         "store %s reloaded at resourceVersion %d", state_dir / STORE_FILE, store.resource_version
     )

@@ -14,6 +14,7 @@ Every key is optional; an unknown key is an error naming it (exit status 2). Exa
 
     [store]
     synchronous = "NORMAL"        # or "FULL": fsync every commit (survives power loss)
+    report_write_interval = 60    # an agent's newer report reaches the state file this late
 
     [metrics]
     address = ":9317"
@@ -75,6 +76,11 @@ class StoreSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: SQLite ``synchronous`` mode: ``NORMAL`` (a committed write survives the process being
     #: killed) or ``FULL`` (it also survives power loss). Default ``NORMAL``.
     synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    #: Seconds a change that only brings an agent's newer report (a Node's Ready heartbeat, a
+    #: Device's ``koordpy.io/reported-at``, a NodeMetric's status) may wait before it is
+    #: written to the state file; it is served and watched at once, and any other change to
+    #: the object is written at once. 0 writes every report. Default 60 (one agent heartbeat).
+    report_write_interval: Annotated[float, msgspec.Meta(ge=0)] = 60.0
 
 
 class MetricsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -25,6 +25,18 @@ raises rolls back only its own changes; the others in the batch still commit. Wr
 op (or by ``apply_many``) and ``get``/``list`` called from inside it see that transaction's
 changes; everywhere else reads see committed state only.
 
+Agents' reports. With ``report_write_interval`` > 0, a committed change to an object of a kind
+in ``without_report`` (:data:`controller.reports.WITHOUT_REPORT`: Node, Device, NodeMetric)
+that only brings its agent's newer report (the Node's heartbeat, the Device's reported-at, the
+NodeMetric's status) is visible, published and kept in memory at once, but written to the file
+at most that many seconds later, with the object as it is then (as Kubernetes keeps a node's
+heartbeat apart from its status, and metrics out of its database). Any other change to the
+object writes it at once, and closing the store writes every one left. A process killed before
+then comes back with those objects as of their last write: an older report, which the agent's
+next one (or the broker's retained copy) replaces; node liveness restarts its clock with the
+controller anyway (:mod:`controller.liveness`). The resourceVersion counter is written by every
+commit, so versions never go back.
+
 The store is used from one thread (the event loop's, or a plain script's). With ``path=None``
 it keeps everything in memory and behaves the same, minus persistence. See
 :mod:`controller.persistence` for what "committed" guarantees.
@@ -39,9 +51,10 @@ import functools
 import logging
 import os
 import random
+import time
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -162,7 +175,13 @@ class Store:
         history_size: int = 10_000,
         watch_queue_size: int = 1_024,
         seed: int | None = None,
+        without_report: Mapping[type[Object], Callable[[Any], Object]] | None = None,
+        report_write_interval: float = 0.0,
     ) -> None:
+        if not report_write_interval >= 0:
+            raise ValueError(
+                f"report_write_interval must be >= 0 seconds, got {report_write_interval!r}"
+            )
         self._registry = registry if registry is not None else default_registry()
         self._clock = clock
         self._shapes: dict[type[Object], mutations.Shape] = {}
@@ -193,6 +212,14 @@ class Store:
         self._uid_pos = 0
         #: id(object) -> (object, its JSON); holding the object keeps its id from being reused
         self._encoded: OrderedDict[int, tuple[Object, bytes]] = OrderedDict()
+        # Reports written behind (see "Agents' reports" above).
+        self._without_report = dict(without_report or {}) if report_write_interval > 0 else {}
+        self._report_write_interval = report_write_interval
+        #: key -> what the file holds of it, without the report (kinds in ``_without_report``)
+        self._written: dict[Key, Object] = {}
+        #: key -> when its newer state in memory is due in the file (monotonic; in that order)
+        self._behind: dict[Key, float] = {}
+        self._behind_timer: asyncio.TimerHandle | None = None
         self._db: Database | None = None
         if path is not None:
             self._db = Database(path, synchronous=synchronous)
@@ -689,14 +716,33 @@ class Store:
             upserts: builtins.list[tuple[str, str, str, bytes]] = []
             deletes: builtins.list[Key] = []
             remember = self._remember
+            without_report = self._without_report
+            #: keys written (or deleted) now -> what the file holds, without the report (None: gone)
+            done: dict[Key, Object | None] = {}
+            deferred: builtins.list[Key] = []
             for key, obj in staged.items():
                 if obj is None:
                     deletes.append(key)
-                else:
-                    data = encode(obj)
-                    upserts.append((key[0], key[1], key[2], data))
-                    remember(obj, data)
+                    if without_report:
+                        done[key] = None
+                    continue
+                if without_report:
+                    strip = without_report.get(type(obj))
+                    if strip is not None:
+                        bare = strip(obj)
+                        if self._written.get(key) == bare:
+                            deferred.append(key)  # only its agent's report changed
+                            continue
+                        done[key] = bare
+                data = encode(obj)
+                upserts.append((key[0], key[1], key[2], data))
+                remember(obj, data)
+            now = time.monotonic()
+            if self._behind:
+                self._behind_rows(now, staged, done, upserts)
             self._db.write(upserts, deletes, txn.resource_version)
+            if done or deferred:
+                self._wrote_behind(done, deferred, now)
         objects, views, unread, order = self._objects, self._views, self._unread, self._order
         for kind in {key[0] for key in staged}:
             views.pop(kind, None)
@@ -727,6 +773,81 @@ class Store:
         if changed is not None:
             self._changed = None
             changed.set()
+
+    # -- reports written behind --------------------------------------------------------------
+
+    def _behind_rows(
+        self,
+        until: float | None,
+        staged: dict[Key, Object | None],
+        done: dict[Key, Object | None],
+        upserts: builtins.list[tuple[str, str, str, bytes]],
+    ) -> None:
+        """Add the rows of the objects written behind that are due by ``until`` (all when
+        None), recording in ``done`` what the file will hold of them."""
+        objects = self._objects
+        for key, when in self._behind.items():
+            if until is not None and when > until:
+                break
+            if key in done:
+                continue
+            obj = staged[key] if key in staged else objects[key[0]].get((key[1], key[2]))
+            if obj is None:
+                done[key] = None
+                continue
+            done[key] = self._without_report[type(obj)](obj)
+            data = encode(obj)
+            upserts.append((key[0], key[1], key[2], data))
+            self._remember(obj, data)
+
+    def _wrote_behind(
+        self, done: dict[Key, Object | None], deferred: builtins.list[Key], now: float
+    ) -> None:
+        """After a write to the file: what it now holds, and which changes wait for a later
+        one (due ``report_write_interval`` seconds after the first of them)."""
+        written, behind = self._written, self._behind
+        for key, bare in done.items():
+            behind.pop(key, None)
+            if bare is None:
+                written.pop(key, None)
+            else:
+                written[key] = bare
+        due = now + self._report_write_interval
+        for key in deferred:
+            if key not in done:
+                behind.setdefault(key, due)
+        self._arm_behind()
+
+    def _arm_behind(self, delay: float | None = None) -> None:
+        """Time the write of the next changes due (a store used without an event loop
+        writes them with its next commit, or when closed)."""
+        if self._behind_timer is not None or not self._behind:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if delay is None:
+            delay = max(0.0, next(iter(self._behind.values())) - time.monotonic())
+        self._behind_timer = loop.call_later(delay, self._write_behind)
+
+    def _write_behind(self, *, every: bool = False) -> None:
+        """Write the changes due now (``every``: all of them)."""
+        self._behind_timer = None
+        db = self._db
+        if db is None or not self._behind:
+            return
+        now = time.monotonic()
+        done: dict[Key, Object | None] = {}
+        upserts: builtins.list[tuple[str, str, str, bytes]] = []
+        self._behind_rows(None if every else now, {}, done, upserts)
+        try:
+            db.write(upserts, [], self._version)
+        except StoreError as err:
+            log.warning("reports not written to the state file yet: %s", err)
+            self._arm_behind(self._report_write_interval)
+            return
+        self._wrote_behind(done, [], now)
 
     # -- group commit ------------------------------------------------------------------------
 
@@ -877,8 +998,14 @@ class Store:
         self._hub.close()
         if self._changed is not None:
             self._changed.set()  # the waiters find the store closed
+        if self._behind_timer is not None:
+            self._behind_timer.cancel()
+            self._behind_timer = None
         if self._db is not None:
-            self._db.close()
+            try:
+                self._write_behind(every=True)
+            finally:
+                self._db.close()
 
     async def aclose(self) -> None:
         """Commit what is queued, stop the committer, then :meth:`close`."""
