@@ -109,14 +109,17 @@ class EventRecorder:
         return event
 
     def record_many(self, items: Iterable[tuple[Object, str, str, str]]) -> None:
-        """Record each ``(obj, type, reason, message)``; the new Events are written in one
-        store transaction (an Event seen before gets its count bumped, as :meth:`record`)."""
+        """Record each ``(obj, type, reason, message)``: the new Events are written in one
+        store transaction, and the count bumps of Events seen before (as :meth:`record`) in
+        another."""
         now = self._clock().replace(microsecond=0)
         stamp = f"{int(now.timestamp() * 1e9):x}"
         kind = self.registry.for_type(Event)
         fresh: list[Event] = []
         keys: list[_Key] = []
         batch: dict[_Key, int] = {}
+        bumped: list[Event] = []
+        bumps: dict[_Key, int] = {}
         taken: set[tuple[str, str]] = set()
         for obj, type_, reason, message in items:
             message = _truncate(message)
@@ -130,9 +133,31 @@ class EventRecorder:
                 reason,
                 message,
             )
-            if key in self._seen:
-                self.record(obj, type=type_, reason=reason, message=message)
+            position = bumps.get(key)
+            if position is not None:  # bumped already in this batch
+                bumped[position] = msgspec.structs.replace(
+                    bumped[position], count=bumped[position].count + 1
+                )
                 continue
+            previous = self._seen.get(key)
+            if previous is not None:
+                try:
+                    existing = self._store.get(kind, previous[1], previous[0])
+                except NotFound:
+                    existing = None
+                if isinstance(existing, Event):
+                    bumps[key] = len(bumped)
+                    bumped.append(
+                        msgspec.structs.replace(
+                            existing,
+                            metadata=msgspec.structs.replace(
+                                existing.metadata, resource_version=""
+                            ),
+                            count=existing.count + 1,
+                            last_timestamp=now,
+                        )
+                    )
+                    continue
             position = batch.get(key)
             if position is not None:  # a repeat within the batch
                 fresh[position] = msgspec.structs.replace(
@@ -159,6 +184,10 @@ class EventRecorder:
                     now=now,
                 )
             )
+        if bumped:
+            for result in self._store.update_many(bumped):
+                if isinstance(result, StoreError):
+                    raise result
         if not fresh:
             return
         for key, result in zip(keys, self._store.apply_many(fresh), strict=True):

@@ -43,6 +43,7 @@ import contextlib
 import functools
 import gc
 import logging
+import operator
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -179,6 +180,10 @@ class DeschedulerLoop:
         self._jobs_view: object = None
         self._store: Store | None = None
         self._recorder: EventRecorder | None = None
+        #: The pod groupings the last cycle read, and their pods by node with each node's
+        #: list from the groupings before where the node's pods are the same objects
+        self._groups: _PodGroups | None = None
+        self._by_node: Mapping[str, Sequence[Pod]] = {}
 
     @property
     def configuration(self) -> Configuration | None:
@@ -304,7 +309,12 @@ class DeschedulerLoop:
         self._too_few_nodes = False
         pod_kind = registry.for_type(Pod)
         groups = snapshot.derived(pod_kind, _group_pods)
-        pods_by_node = groups.by_node
+        if groups is not self._groups:
+            # Plugins keep what they worked out per node while its pod list is the same
+            # object: a change to some pods leaves the other nodes' lists as they were.
+            self._by_node = _unchanged_kept(self._by_node, groups.by_node)
+            self._groups = groups
+        pods_by_node = self._by_node
         workload_pods = groups.by_workload
         nodes_by_scheduler = groups.nodes_by_scheduler
         migrations = []
@@ -684,6 +694,21 @@ def _group_pods(objects: tuple[Object, ...]) -> _PodGroups:
         by_workload=workload_pods,
         nodes_by_scheduler={name: frozenset(nodes) for name, nodes in nodes_by_scheduler.items()},
     )
+
+
+def _unchanged_kept(
+    before: Mapping[str, Sequence[Pod]], now: Mapping[str, Sequence[Pod]]
+) -> dict[str, Sequence[Pod]]:
+    """``now``, with the list ``before`` had for each node whose pods are the very same
+    objects in the same order."""
+    kept: dict[str, Sequence[Pod]] = {}
+    for node, pods in now.items():
+        old = before.get(node)
+        if old is not None and len(old) == len(pods) and all(map(operator.is_, old, pods)):
+            kept[node] = old
+        else:
+            kept[node] = pods
+    return kept
 
 
 @contextlib.contextmanager

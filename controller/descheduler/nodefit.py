@@ -30,12 +30,16 @@ def request_of(pod: Pod) -> dict[str, int]:
     dict."""
     spec = pod.spec
     pod_level = spec.resources
-    if spec.init_containers or spec.overhead or pod_level.requests or pod_level.limits:
+    if (
+        spec.init_containers
+        or spec.overhead.amounts
+        or pod_level.requests.amounts
+        or pod_level.limits.amounts
+    ):
         return dict(pod_requests(pod))
     containers = spec.containers
-    if len(containers) == 1 and not containers[0].resources.limits:
-        requests = containers[0].resources.requests
-        return {name: requests[name] for name in requests}
+    if len(containers) == 1 and not containers[0].resources.limits.amounts:
+        return dict(containers[0].resources.requests.amounts)
     # The containers' requests summed, a limit standing in for a missing request.
     total: dict[str, int] = {}
     for container in containers:

@@ -110,3 +110,25 @@ def test_record_many_writes_each_event_once_and_aggregates_repeats() -> None:
         recorder.record_many([(db, NORMAL, "Scheduled", "admitted")])
         again = {(e.involved_object.name, e.reason): e.count for e in _events(store)}
         assert again[("db", "Scheduled")] == 2
+
+
+def test_record_many_bumps_what_it_recorded_before() -> None:
+    clock = Clock()
+    with Store(clock=clock) as store:
+        pods = [store.create(Pod(metadata=ObjectMeta(name=f"p{i}"))) for i in range(3)]
+        recorder = EventRecorder(store, component="koord-descheduler", clock=clock)
+        recorder.record_many([(p, NORMAL, "EvictionProposed", "dry run") for p in pods])
+        first = {e.involved_object.name: e for e in _events(store)}
+        # one Event deleted meanwhile (its TTL ran out): recorded anew
+        kind = store.registry.for_type(Event)
+        store.delete(kind, first["p2"].metadata.name, first["p2"].metadata.namespace)
+        clock.now += timedelta(seconds=10)
+        version = store.resource_version
+        recorder.record_many([(p, NORMAL, "EvictionProposed", "dry run") for p in (*pods, pods[0])])
+        events = {e.involved_object.name: e for e in _events(store)}
+        assert {name: e.count for name, e in events.items()} == {"p0": 3, "p1": 2, "p2": 1}
+        assert events["p0"].metadata.name == first["p0"].metadata.name
+        assert events["p0"].first_timestamp == first["p0"].first_timestamp
+        assert events["p0"].last_timestamp == clock.now
+        assert events["p2"].metadata.name != first["p2"].metadata.name
+        assert store.resource_version - version == 3  # two bumps, one new Event

@@ -508,6 +508,11 @@ class CustomPriority:
             (tier.name, Selector.from_label_selector(tier.node_selector))
             for tier in args.eviction_order
         )
+        #: Source node -> its pod list in the last call and its candidates in order (before
+        #: the evictor's filter and the pods other plugins took): kept for the next call,
+        #: which reuses them while the node's pod list is the same object (immutable; a node
+        #: whose pods changed gets a new list).
+        self._orders: dict[str, tuple[Sequence[Pod], list[Pod]]] = {}
 
     def balance(self, view: CycleView, evictor: Evictor) -> Status:
         if self.args.paused:
@@ -519,6 +524,11 @@ class CustomPriority:
             return Status()
         ledger = _Ledger(view)
         taken = {(i.pod.metadata.namespace, i.pod.metadata.name) for i in evictor.intents}
+        # Nodes a pod was taken from (by an earlier plugin): only their pods are looked up.
+        taken_from = {i.node for i in evictor.intents}
+        before = self._orders
+        orders: dict[str, tuple[Sequence[Pod], list[Pod]]] = {}
+        self._orders = orders
         for step, source in enumerate(tiers[:-1]):
             targets = _Targets(
                 [node for tier in tiers[step + 1 :] for node in tier.nodes],
@@ -533,7 +543,28 @@ class CustomPriority:
                 # BestEffort stops early (limits, misses): where the filter holds, it is asked
                 # only for the candidates the loop reaches.
                 lazy = not drain and view.filter_holds_on(name)
-                candidates = self._candidates(view.pods_on(name), evictor, taken, lazy=lazy)
+                pods = view.pods_on(name)
+                if lazy:
+                    last = before.get(name)
+                    ordered = (
+                        last[1]
+                        if last is not None and last[0] is pods
+                        else self._candidates(pods, evictor, None, lazy=True)
+                    )
+                    orders[name] = (pods, ordered)
+                    candidates = (
+                        [
+                            pod
+                            for pod in ordered
+                            if (pod.metadata.namespace, pod.metadata.name) not in taken
+                        ]
+                        if name in taken_from
+                        else ordered
+                    )
+                else:
+                    candidates = self._candidates(
+                        pods, evictor, taken if name in taken_from else None, lazy=False
+                    )
                 if not candidates:
                     continue
                 if drain:
@@ -546,12 +577,12 @@ class CustomPriority:
         self,
         pods: Sequence[Pod],
         evictor: Evictor,
-        taken: set[tuple[str, str]],
+        taken: set[tuple[str, str]] | None,
         *,
         lazy: bool = False,
     ) -> list[Pod]:
-        """The candidates of a source node in order (``lazy``: the evictor's filter left to
-        the caller)."""
+        """The candidates of a source node in order, less those ``taken`` (``lazy``: the
+        evictor's filter left to the caller)."""
         namespaces = self.args.evictable_namespaces
         selectors = self._pod_selectors
         keyed: list[tuple[tuple[int, int, str, str], int, Pod]] = []
@@ -566,9 +597,9 @@ class CustomPriority:
             if lazy or evictor.filter(pod):
                 containers = pod.spec.containers
                 resources = containers[0].resources if len(containers) == 1 else None
-                if resources is not None and not resources.limits:
+                if resources is not None and not resources.limits.amounts:
                     # candidate_order of the common pod, inlined: every pod of a source node
-                    requests = resources.requests
+                    requests = resources.requests.amounts
                     key = (
                         requests.get(_CPU, 0),
                         requests.get(_MEMORY, 0),

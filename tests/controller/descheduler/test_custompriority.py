@@ -900,3 +900,32 @@ def test_lazy_filter_keeps_the_miss_count(direct_nodes: frozenset[str] | None) -
     pods = [*misses[:4], pod("gone", "src", cpu=0.45), misses[4], pod("last", "src", cpu=2)]
     evictor = FakeEvictor(reject=["gone"])
     assert evicted(balance(make_args(), nodes, pods, evictor, direct_nodes=direct_nodes)) == []
+
+
+# --- what a call keeps for the next -------------------------------------------------------------
+
+
+def test_a_source_candidates_are_ordered_again_when_its_pod_list_changes() -> None:
+    plugin = CustomPriority(make_args())
+    nodes = [node("od1", OD), node("rs1", RS)]
+    first = [pod("a", "od1", cpu=2), pod("b", "od1", cpu=1)]
+
+    def one_eviction(on_source: Sequence[Pod], earlier: Iterable[EvictionIntent] = ()) -> list[str]:
+        view = CycleView(
+            now=T0,
+            nodes=nodes,
+            pods_by_node={"od1": on_source},
+            all_nodes={n.metadata.name: n for n in nodes},
+            direct_nodes=frozenset(),  # the filter holds: candidates are ordered up front
+        )
+        evictor = FakeEvictor(limit=1, earlier=earlier)
+        assert plugin.balance(view, evictor) == Status()
+        return evicted(evictor)
+
+    assert one_eviction(first) == ["b"]
+    assert one_eviction(first) == ["b"]  # the same list: the same order
+    second = [first[0], pod("c", "od1", cpu=0.5)]
+    assert one_eviction(second) == ["c"]
+    taken = EvictionIntent(pod=second[1], node="od1", plugin="LowNodeLoad", reason="earlier")
+    assert one_eviction(second, earlier=[taken]) == ["a"]
+    assert one_eviction(first) == ["b"]

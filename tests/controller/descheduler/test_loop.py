@@ -221,6 +221,39 @@ def test_the_view_holds_ready_nodes_pods_and_every_node(store: Store, clock: Clo
     assert view.now == clock.now
 
 
+def test_a_node_whose_pods_did_not_change_keeps_its_pod_list_object(
+    store: Store, clock: Clock
+) -> None:
+    # Plugins keep per-node work while a node's pod list is the same object.
+    setup_cluster(store)
+    store.create(config_map(document(pods=())))
+    loop, ctx = loop_and_context(store, clock)
+    loop.reconcile(ctx)
+    clock.now += timedelta(seconds=10)
+    store.create(make_pod("web-3", node="node-b", cpu=500, ready=True))
+    loop.reconcile(ctx)
+    clock.now += timedelta(seconds=10)
+    web0 = next(p for p in listing(store, Pod) if p.metadata.name == "web-0")
+    store.update(msgspec.structs.replace(web0, metadata=replace_labels(web0, {"v": "2"})))
+    loop.reconcile(ctx)
+    first, second, third = plugin_of(loop).seen
+    assert second.pods_on("node-a") is first.pods_on("node-a")
+    assert second.pods_on("node-b") is not first.pods_on("node-b")
+    assert {p.metadata.name for p in second.pods_on("node-b")} == {
+        "web-1",
+        "web-2",
+        "web-3",
+        "other-1",
+    }
+    assert third.pods_on("node-b") is second.pods_on("node-b")
+    assert third.pods_on("node-a") is not second.pods_on("node-a")
+    assert {p.metadata.labels.get("v") for p in third.pods_on("node-a")} == {"2", None}
+
+
+def replace_labels(pod: Pod, labels: dict[str, str]) -> Any:
+    return msgspec.structs.replace(pod.metadata, labels={**pod.metadata.labels, **labels})
+
+
 def test_each_profile_sees_the_nodes_of_its_selector(store: Store, clock: Clock) -> None:
     setup_cluster(store)
     text = document(pods=())

@@ -781,3 +781,46 @@ def test_node_usage_counts_the_reported_pods_on_the_node(
     assert [amounts is not None for amounts in usage.reported] == [
         key in counted for key in on_node
     ]
+
+
+# --- what a call keeps for the next -------------------------------------------------------------
+
+
+def test_a_node_usage_is_worked_out_again_when_its_nodemetric_or_pods_change() -> None:
+    cluster = _hot_and_cold()
+    plugin = LowNodeLoad(load_args(AT_ONCE))
+    first = cluster.view()
+
+    def again(
+        metrics: Mapping[str, NodeMetric] | None = None,
+        pods: Mapping[str, Sequence[Pod]] | None = None,
+        now: datetime = T0,
+    ) -> int:
+        evictor = FakeEvictor()
+        plugin.balance(
+            CycleView(
+                now=now,
+                nodes=first.nodes,
+                pods_by_node=pods if pods is not None else first.pods_by_node,
+                metrics=metrics if metrics is not None else first.metrics,
+                all_nodes=first.all_nodes,
+            ),
+            evictor,
+        )
+        return len(evictor.intents)
+
+    assert again() == 1
+    assert again() == 1  # the same objects: the same answer
+    # hot's agent now reports 2 of its 4 pods using 1 core: 44 of 100, not over 75
+    cooled = Cluster()
+    cooled.node("hot", system=2, pods=[("p0", 20), ("p1", 20), ("p2", 1), ("p3", 1)])
+    metric = cooled.metric("hot")
+    assert metric is not None
+    assert again(metrics={**first.metrics, "hot": metric}) == 0
+    assert again() == 1
+    # two of hot's pods are gone (a new pod list): 42 of 100
+    hot_pods = first.pods_by_node["hot"][:2]
+    assert again(pods={**first.pods_by_node, "hot": hot_pods}) == 0
+    assert again() == 1
+    # the same NodeMetric, now expired
+    assert again(now=T0 + timedelta(seconds=180)) == 0

@@ -45,9 +45,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, TypeAlias
 
-from apis.core import Pod
+from apis.core import Node, Pod
 from apis.labels import Selector
 from apis.qos import PriorityClass, priority_class
+from apis.slo import NodeMetric
 from controller.descheduler import nodefit
 from controller.descheduler.framework import CycleView, Evictor, Status
 from controller.descheduler.plugins.lownodeload.anomaly import DetectorCache, State
@@ -64,6 +65,7 @@ from controller.descheduler.plugins.lownodeload.thresholds import (
 from controller.descheduler.plugins.lownodeload.usage import (
     NodeUsage,
     PodKey,
+    is_expired,
     node_usage,
     pod_key,
     usage_score,
@@ -88,6 +90,19 @@ class _Current(dict[str, dict[str, int]]):
     def __missing__(self, name: str) -> dict[str, int]:
         found = self[name] = dict(self._measured[name])
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    """A node's usage and what it was worked out from (the objects themselves)."""
+
+    node: Node
+    metric: NodeMetric
+    pods: Sequence[Pod]
+    resources: tuple[str, ...]
+    with_prod: bool
+    #: None: the NodeMetric has no node figures
+    usage: NodeUsage | None
 
 
 @dataclass(slots=True)
@@ -154,6 +169,10 @@ class LowNodeLoad:
         self._pod_selectors: tuple[Selector, ...] = args.pod_selector_list
         self.node_detectors = DetectorCache(args.detector_ttl)
         self.prod_detectors = DetectorCache(args.detector_ttl)
+        #: (pool, node) -> the inputs of its usage in the last call and that usage: kept for
+        #: the next call, which reuses it where the node, its NodeMetric and its pods are the
+        #: same objects (immutable; a node whose pods changed gets a new pod list)
+        self._usages: dict[tuple[str, str], _Measured] = {}
 
     # -- the call --------------------------------------------------------------------------
 
@@ -165,27 +184,59 @@ class LowNodeLoad:
         self.prod_detectors.sweep(now)
         taken = {pod_key(intent.pod) for intent in evictor.intents}
         done: set[str] = set()
+        measured: dict[tuple[str, str], _Measured] = {}
         for pool in self.pools:
-            self._run_pool(pool, view, evictor, done, taken)
+            self._run_pool(pool, view, evictor, done, taken, measured)
+        self._usages = measured
         return Status()
 
-    def _pool_usages(self, pool: Pool, view: CycleView, done: set[str]) -> list[NodeUsage]:
+    def _pool_usages(
+        self,
+        pool: Pool,
+        view: CycleView,
+        done: set[str],
+        measured: dict[tuple[str, str], _Measured],
+    ) -> list[NodeUsage]:
+        """The usage of each node of the pool with a NodeMetric in date (recorded in
+        ``measured`` for the next call)."""
         selector = pool.node_selector
         resources = pool.resources
+        with_prod = pool.has_prod_thresholds
+        now = view.now
+        expiration = self.args.node_metric_expiration_seconds
+        before = self._usages
         usages: list[NodeUsage] = []
         for node in view.nodes:
             name = node.metadata.name
             if selector is not None and (name in done or not selector.matches(node.labels)):
                 continue
-            usage = node_usage(
-                node,
-                view.metrics.get(name),
-                view.pods_on(name),
-                resources,
-                now=view.now,
-                expiration_seconds=self.args.node_metric_expiration_seconds,
-                with_prod=pool.has_prod_thresholds,
-            )
+            metric = view.metrics.get(name)
+            if metric is None or is_expired(metric, now, expiration):
+                continue
+            pods = view.pods_on(name)
+            key = (pool.name, name)
+            last = before.get(key)
+            if (
+                last is not None
+                and last.node is node
+                and last.metric is metric
+                and last.pods is pods
+                and last.resources == resources
+                and last.with_prod == with_prod
+            ):
+                usage = last.usage
+            else:
+                usage = node_usage(
+                    node,
+                    metric,
+                    pods,
+                    resources,
+                    now=now,
+                    expiration_seconds=expiration,
+                    with_prod=with_prod,
+                )
+                last = _Measured(node, metric, pods, resources, with_prod, usage)
+            measured[key] = last
             if usage is not None:
                 usages.append(usage)
         return usages
@@ -226,8 +277,9 @@ class LowNodeLoad:
         evictor: Evictor,
         done: set[str],
         taken: set[PodKey],
+        measured: dict[tuple[str, str], _Measured],
     ) -> None:
-        usages = self._pool_usages(pool, view, done)
+        usages = self._pool_usages(pool, view, done, measured)
         if not usages:
             return
         resources = pool.resources

@@ -128,21 +128,25 @@ def node_usage(
     if info is None:
         return None
     entries = metric.status.pods_metric
-    system = info.system_usage.resources
+    system = info.system_usage.resources.amounts
     reported: list[Mapping[str, int] | None] = []
     by_name = {entry.name: entry for entry in entries}
     if len(by_name) == len(entries):
         # Names unique on the node (the rule): look a pod up by name, then its namespace.
+        find = by_name.get
+        add = reported.append
         for pod in pods:
             meta = pod.metadata
-            entry = by_name.get(meta.name)
-            reported.append(
-                entry.pod_usage.resources
+            entry = find(meta.name)
+            add(
+                entry.pod_usage.resources.amounts
                 if entry is not None and entry.namespace == meta.namespace
                 else None
             )
     else:
-        by_key = {(entry.namespace, entry.name): entry.pod_usage.resources for entry in entries}
+        by_key = {
+            (entry.namespace, entry.name): entry.pod_usage.resources.amounts for entry in entries
+        }
         for pod in pods:
             meta = pod.metadata
             reported.append(by_key.get((meta.namespace, meta.name)))
