@@ -25,8 +25,10 @@ from apis.meta import Object
 
 ViewsByType = Mapping[type[Object], "LazyView"]
 T = TypeVar("T")
+#: An object before and after a change (None: absent), for :meth:`Snapshot.derived`.
+Change = tuple[Object | None, Object | None]
 
-__all__ = ["KindView", "LazyView", "Snapshot"]
+__all__ = ["Change", "KindView", "LazyView", "Snapshot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,12 @@ class KindView:
     #: what loops worked out from ``items``, by the function that did (:meth:`Snapshot.derived`)
     derived: dict[Callable[[tuple[Object, ...]], object], object] = field(
         default_factory=dict, compare=False
+    )
+    #: ``[(view, keys)]``: the kind's view built before this one and the keys of the objects
+    #: that changed since (set by the store; emptied when the next view is built), from which
+    #: :meth:`Snapshot.derived` may update what was worked out instead of starting over
+    base: list[tuple[KindView, frozenset[tuple[str, str]]]] = field(
+        default_factory=list, compare=False
     )
 
     @classmethod
@@ -122,17 +130,43 @@ class Snapshot:
             items = tuple(o for o in items if selector.matches(o.metadata.labels))
         return items
 
-    def derived(self, kind: Kind, compute: Callable[[tuple[Object, ...]], T]) -> T:
+    def derived(
+        self,
+        kind: Kind,
+        compute: Callable[[tuple[Object, ...]], T],
+        update: Callable[[T, Sequence[Change]], T] | None = None,
+    ) -> T:
         """``compute(objects of kind)``, worked out once per version of the kind and shared by
         every snapshot and loop that asks with the same (module-level) function; the result
-        must be treated as immutable."""
+        must be treated as immutable.
+
+        ``update(earlier, changes)``, when given, is what ``compute`` gives for this version
+        from what it gave for the kind's previous view and the objects that changed since,
+        ``(before, after)`` pairs (None: absent), in key order; it is used when the store
+        knows that previous view (a result for it is kept) and must not modify ``earlier``.
+        """
         view = self._views.get(kind.type, EMPTY_LAZY_VIEW).get()
         memo = view.derived
         try:
             return cast("T", memo[compute])
         except KeyError:
-            result = memo[compute] = compute(view.items)
-            return result
+            pass
+        result: T | None = None
+        if update is not None and view.base:
+            ((before, keys),) = view.base
+            if compute in before.derived:
+                earlier = cast("T", before.derived[compute])
+                old, new = before.index, view.index
+                changes = [
+                    (old.get(key), new.get(key))
+                    for key in sorted(keys)
+                    if old.get(key) is not new.get(key)
+                ]
+                result = update(earlier, changes)
+        if result is None:
+            result = compute(view.items)
+        memo[compute] = result
+        return result
 
     def get(self, kind: Kind, name: str, namespace: str = "") -> Object | None:
         """One object, or None; a namespaced kind's empty namespace means ``default``."""

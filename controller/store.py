@@ -88,6 +88,9 @@ NAME_SUFFIX_LENGTH = 5
 #: generateName is cut to this length so the generated name stays a valid label (63).
 MAX_GENERATE_PREFIX = 58
 _GENERATE_ATTEMPTS = 16
+#: Changes to a kind after which its next view no longer offers what was worked out from the
+#: one before to be updated (:meth:`Snapshot.derived`): working it out anew is as cheap then.
+MAX_CHANGED_SINCE = 10_000
 #: Recently stored objects whose JSON :meth:`Store.encode` keeps (encoded once, served often).
 ENCODED_CACHE_SIZE = 8_192
 #: hex digit -> the digit with the RFC 4122 variant bits (10xx) set
@@ -195,6 +198,9 @@ class Store:
         self._unread: dict[str, weakref.ref[LazyView]] = {}
         #: kind key -> its keys sorted (kept while no object of the kind comes or goes)
         self._order: dict[str, list[tuple[str, str]]] = {}
+        #: kind key -> its last view built and the keys changed since (see KindView.base)
+        self._last_built: dict[str, KindView] = {}
+        self._changed_since: dict[str, set[tuple[str, str]]] = {}
         self._version = 0
         #: set (and dropped) by the next commit, for :meth:`changed`
         self._changed: asyncio.Event | None = None
@@ -342,6 +348,12 @@ class Store:
         if order is None:
             order = self._order[key] = sorted(objects)
         view = KindView.build(objects, order)
+        before = self._last_built.get(key)
+        if before is not None:
+            before.base.clear()  # no chain of views: only the last one is kept
+            view.base.append((before, frozenset(self._changed_since[key])))
+        self._last_built[key] = view
+        self._changed_since[key] = set()
         if self._unread.get(key) is not None and self._unread[key]() is cell:
             del self._unread[key]
             self._views[key] = cell
@@ -755,7 +767,14 @@ class Store:
                 kept = dict(objects.get(kind, {}))
                 kept_order = order.get(kind)
                 lazy.detach(functools.partial(_detached_view, kept, kept_order))
+        changed_since = self._changed_since
         for (kind, namespace, name), obj in staged.items():
+            since = changed_since.get(kind)
+            if since is not None:
+                since.add((namespace, name))
+                if len(since) > MAX_CHANGED_SINCE:  # a new start is as cheap by then
+                    del changed_since[kind]
+                    del self._last_built[kind]
             bucket = objects.get(kind)
             if bucket is None:
                 bucket = objects[kind] = {}

@@ -89,7 +89,7 @@ from controller.descheduler.metrics import ERROR, SUCCESS, DeschedulerMetrics
 from controller.descheduler.migration import MODE_EVICT_DIRECTLY, PENDING, RUNNING
 from controller.errors import StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
-from controller.snapshots import Snapshot
+from controller.snapshots import Change, Snapshot
 from controller.store import Store
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -308,7 +308,7 @@ class DeschedulerLoop:
             return
         self._too_few_nodes = False
         pod_kind = registry.for_type(Pod)
-        groups = snapshot.derived(pod_kind, _group_pods)
+        groups = snapshot.derived(pod_kind, _group_pods, _regroup)
         if groups is not self._groups:
             # Plugins keep what they worked out per node while its pod list is the same
             # object: a change to some pods leaves the other nodes' lists as they were.
@@ -696,6 +696,82 @@ def _group_pods(objects: tuple[Object, ...]) -> _PodGroups:
     )
 
 
+def _live_placement(obj: Object | None) -> tuple[str, str, str] | None:
+    """A live pod's (node, controller uid, scheduler), as :func:`_group_pods` files it; None
+    for anything else."""
+    if not isinstance(obj, Pod):
+        return None
+    meta = obj.metadata
+    if meta.deletion_timestamp is not None or obj.status.phase in _FINISHED:
+        return None
+    workload = next((o.uid for o in meta.owner_references if o.controller), "")
+    return obj.spec.node_name, workload, obj.spec.scheduler_name
+
+
+def _by_key(pod: Pod) -> tuple[str, str]:
+    return pod.metadata.namespace, pod.metadata.name
+
+
+def _regroup(before: _PodGroups, changes: Sequence[Change]) -> _PodGroups:
+    """What :func:`_group_pods` gives after ``changes`` (pods before and after), from what it
+    gave before them: only the nodes, controllers and schedulers the changed pods were or are
+    filed under are worked out again; every other node and controller keeps its list object."""
+    gone: set[tuple[str, str]] = set()
+    nodes: dict[str, list[Pod]] = {}
+    workloads: dict[str, list[Pod]] = {}
+    schedulers: set[str] = set()
+    for old, new in changes:
+        if old is not None:
+            gone.add((old.metadata.namespace, old.metadata.name))
+        for obj in (old, new):
+            placed = _live_placement(obj)
+            if placed is None:
+                continue
+            node, workload, scheduler = placed
+            if node:
+                nodes.setdefault(node, [])
+                schedulers.add(scheduler)
+            if workload:
+                workloads.setdefault(workload, [])
+        placed = _live_placement(new)
+        if placed is not None and isinstance(new, Pod):
+            node, workload, _ = placed
+            if node:
+                nodes[node].append(new)
+            if workload:
+                workloads[workload].append(new)
+    by_node = dict(before.by_node)
+    for node, added in nodes.items():
+        pods = [p for p in before.by_node.get(node, ()) if _by_key(p) not in gone] + added
+        if pods:
+            pods.sort(key=_by_key)
+            by_node[node] = pods
+        else:
+            by_node.pop(node, None)
+    by_workload = dict(before.by_workload)
+    for workload, added in workloads.items():
+        pods = [p for p in before.by_workload.get(workload, ()) if _by_key(p) not in gone]
+        pods += added
+        if pods:
+            pods.sort(key=_by_key)
+            by_workload[workload] = pods
+        else:
+            by_workload.pop(workload, None)
+    by_scheduler = dict(before.nodes_by_scheduler)
+    for scheduler in schedulers:
+        holding = set(by_scheduler.get(scheduler, ()))
+        for node in nodes:
+            if any(p.spec.scheduler_name == scheduler for p in by_node.get(node, ())):
+                holding.add(node)
+            else:
+                holding.discard(node)
+        if holding:
+            by_scheduler[scheduler] = frozenset(holding)
+        else:
+            by_scheduler.pop(scheduler, None)
+    return _PodGroups(by_node=by_node, by_workload=by_workload, nodes_by_scheduler=by_scheduler)
+
+
 def _unchanged_kept(
     before: Mapping[str, Sequence[Pod]], now: Mapping[str, Sequence[Pod]]
 ) -> dict[str, Sequence[Pod]]:
@@ -704,7 +780,9 @@ def _unchanged_kept(
     kept: dict[str, Sequence[Pod]] = {}
     for node, pods in now.items():
         old = before.get(node)
-        if old is not None and len(old) == len(pods) and all(map(operator.is_, old, pods)):
+        if old is pods:
+            kept[node] = pods
+        elif old is not None and len(old) == len(pods) and all(map(operator.is_, old, pods)):
             kept[node] = old
         else:
             kept[node] = pods
