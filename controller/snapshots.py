@@ -15,7 +15,8 @@ state it was taken at, however late it reads it, and the view is built only if i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import bisect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
@@ -58,6 +59,22 @@ class KindView:
         index = dict(objects)
         keys = sorted(index) if order is None else order
         return cls(tuple(map(index.__getitem__, keys)), index)
+
+    @classmethod
+    def updated(
+        cls,
+        before: KindView,
+        objects: Mapping[tuple[str, str], Object],
+        order: Sequence[tuple[str, str]],
+        changed: Iterable[tuple[str, str]],
+    ) -> KindView:
+        """The view of ``objects`` where ``before`` is the view of the same keys (``order``,
+        sorted) and only the objects under ``changed`` were replaced since: their places are
+        found by bisection, not every key looked up again (tuple keys hash anew each time)."""
+        items = list(before.items)
+        for key in changed:
+            items[bisect.bisect_left(order, key)] = objects[key]
+        return cls(tuple(items), dict(objects))
 
 
 EMPTY_VIEW = KindView((), {})

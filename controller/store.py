@@ -201,6 +201,8 @@ class Store:
         #: kind key -> its last view built and the keys changed since (see KindView.base)
         self._last_built: dict[str, KindView] = {}
         self._changed_since: dict[str, set[tuple[str, str]]] = {}
+        #: kind key -> the sorted keys its last view was built over
+        self._built_order: dict[str, list[tuple[str, str]]] = {}
         self._version = 0
         #: set (and dropped) by the next commit, for :meth:`changed`
         self._changed: asyncio.Event | None = None
@@ -347,12 +349,22 @@ class Store:
         order = self._order.get(key)
         if order is None:
             order = self._order[key] = sorted(objects)
-        view = KindView.build(objects, order)
         before = self._last_built.get(key)
+        changed = self._changed_since.get(key)
+        if (
+            before is not None
+            and changed is not None
+            and self._built_order.get(key) is order  # no object came or went since
+            and len(changed) * 8 < len(order)
+        ):
+            view = KindView.updated(before, objects, order, changed)
+        else:
+            view = KindView.build(objects, order)
         if before is not None:
             before.base.clear()  # no chain of views: only the last one is kept
             view.base.append((before, frozenset(self._changed_since[key])))
         self._last_built[key] = view
+        self._built_order[key] = order
         self._changed_since[key] = set()
         if self._unread.get(key) is not None and self._unread[key]() is cell:
             del self._unread[key]

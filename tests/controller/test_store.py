@@ -856,3 +856,23 @@ async def test_list_inside_an_op_sees_the_transaction(store: Store) -> None:
     assert await store.submit(replace_a_with_c) == ["b", "c"]
     assert [o.metadata.name for o in store.list(WIDGETS)[0]] == ["b", "c"]
     await store.aclose()
+
+
+def test_a_view_after_changes_in_place_holds_every_object_where_it_belongs() -> None:
+    # Built from the view before when no object came or went (see KindView.updated).
+    with Store(registry=REGISTRY) as store:
+        for i in range(40):
+            store.create(widget(f"w{i:02d}", "team-a" if i % 3 else "default", size=i))
+        assert len(store.snapshot().objects(WIDGETS)) == 40
+        changed = []
+        for name, namespace in (("w07", "team-a"), ("w00", "default"), ("w38", "team-a")):
+            found = store.get(WIDGETS, name, namespace)
+            assert isinstance(found, Widget)
+            changed.append(store.update(replace(found, spec=replace(found.spec, size=999))))
+        items = store.snapshot().objects(WIDGETS)
+        keys = [(w.metadata.namespace, w.metadata.name) for w in items]
+        assert keys == sorted(keys)
+        assert len(items) == 40
+        for saved in changed:
+            assert items[keys.index((saved.metadata.namespace, saved.metadata.name))] is saved
+        assert sum(1 for w in items if isinstance(w, Widget) and w.spec.size == 999) == 3

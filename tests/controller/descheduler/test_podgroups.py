@@ -62,14 +62,19 @@ def plain(groups: _PodGroups) -> dict[str, Any]:
     }
 
 
-def apply(store: Store, kind: Kind, step: tuple[str, Any]) -> None:
+def apply(
+    store: Store, kind: Kind, step: tuple[str, Any], model: dict[tuple[str, str], Any]
+) -> None:
+    """One step on the store, and on ``model`` (key -> the stored object) alike."""
     action, what = step
     if action == "put":
-        store.apply(what)
+        saved, _ = store.apply(what)
+        model[saved.metadata.namespace, saved.metadata.name] = saved
         return
     namespace = "team-b" if what.endswith("1") else "default"
     if store.exists(kind, what, namespace):
         store.delete(kind, what, namespace)
+        del model[namespace, what]
 
 
 @settings(max_examples=150, deadline=None)
@@ -79,13 +84,18 @@ def test_groupings_updated_from_the_last_view_equal_those_worked_out_anew(
 ) -> None:
     with Store() as store:
         kind = store.registry.for_type(Pod)
+        model: dict[tuple[str, str], Any] = {}
         for p in initial:
-            store.apply(p)
+            apply(store, kind, ("put", p), model)
         store.snapshot().derived(kind, _group_pods, _regroup)
         for steps_of_round in rounds:
             for step in steps_of_round:
-                apply(store, kind, step)
+                apply(store, kind, step, model)
             snapshot = store.snapshot()
+            # the view itself, built from the last one where only pods changed in place
+            viewed = snapshot.objects(kind)
+            assert [(p.metadata.namespace, p.metadata.name) for p in viewed] == sorted(model)
+            assert all(p is model[p.metadata.namespace, p.metadata.name] for p in viewed)
             updated = snapshot.derived(kind, _group_pods, _regroup)
             anew = _group_pods(snapshot.objects(kind))
             assert plain(updated) == plain(anew)
