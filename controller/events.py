@@ -14,7 +14,7 @@ from datetime import datetime
 import msgspec
 
 from apis.core import Event, EventSource
-from apis.kinds import Registry
+from apis.kinds import Kind, Registry
 from apis.meta import Object, ObjectMeta, ObjectReference
 from controller.errors import NotFound, StoreError
 from controller.store import Store
@@ -78,22 +78,11 @@ class EventRecorder:
             message,
         )
         kind = self.registry.for_type(Event)
-        previous = self._seen.get(key)
-        if previous is not None:
-            try:
-                existing = self._store.get(kind, previous[1], previous[0])
-            except NotFound:
-                existing = None
-            if isinstance(existing, Event):
-                updated = msgspec.structs.replace(
-                    existing,
-                    metadata=msgspec.structs.replace(existing.metadata, resource_version=""),
-                    count=existing.count + 1,
-                    last_timestamp=now,
-                )
-                stored = self._store.update(updated)
-                assert isinstance(stored, Event)
-                return stored
+        updated = self._bumped(kind, key, now)
+        if updated is not None:
+            stored = self._store.update(updated)
+            assert isinstance(stored, Event)
+            return stored
         event = self._create_unique(
             self._event(
                 obj,
@@ -107,6 +96,25 @@ class EventRecorder:
         )
         self._seen[key] = (event.metadata.namespace, event.metadata.name)
         return event
+
+    def _bumped(self, kind: Kind, key: _Key, now: datetime) -> Event | None:
+        """The Event recorded before under ``key`` with its count bumped and its last time
+        ``now``, to write back; None when there is none (or it was deleted since)."""
+        previous = self._seen.get(key)
+        if previous is None:
+            return None
+        try:
+            existing = self._store.get(kind, previous[1], previous[0])
+        except NotFound:
+            return None
+        if not isinstance(existing, Event):
+            return None
+        return msgspec.structs.replace(
+            existing,
+            metadata=msgspec.structs.replace(existing.metadata, resource_version=""),
+            count=existing.count + 1,
+            last_timestamp=now,
+        )
 
     def record_many(self, items: Iterable[tuple[Object, str, str, str]]) -> None:
         """Record each ``(obj, type, reason, message)``: the new Events are written in one
@@ -139,25 +147,11 @@ class EventRecorder:
                     bumped[position], count=bumped[position].count + 1
                 )
                 continue
-            previous = self._seen.get(key)
-            if previous is not None:
-                try:
-                    existing = self._store.get(kind, previous[1], previous[0])
-                except NotFound:
-                    existing = None
-                if isinstance(existing, Event):
-                    bumps[key] = len(bumped)
-                    bumped.append(
-                        msgspec.structs.replace(
-                            existing,
-                            metadata=msgspec.structs.replace(
-                                existing.metadata, resource_version=""
-                            ),
-                            count=existing.count + 1,
-                            last_timestamp=now,
-                        )
-                    )
-                    continue
+            updated = self._bumped(kind, key, now)
+            if updated is not None:
+                bumps[key] = len(bumped)
+                bumped.append(updated)
+                continue
             position = batch.get(key)
             if position is not None:  # a repeat within the batch
                 fresh[position] = msgspec.structs.replace(

@@ -712,6 +712,24 @@ def _by_key(pod: Pod) -> tuple[str, str]:
     return pod.metadata.namespace, pod.metadata.name
 
 
+def _refiled(
+    before: Mapping[str, Sequence[Pod]],
+    added: Mapping[str, list[Pod]],
+    gone: set[tuple[str, str]],
+) -> dict[str, Sequence[Pod]]:
+    """``before`` with the list of each name in ``added`` made again: its pods less those
+    ``gone``, plus those ``added``, in key order (a name left without pods is dropped)."""
+    filed = dict(before)
+    for name, new in added.items():
+        pods = [p for p in before.get(name, ()) if _by_key(p) not in gone] + new
+        if pods:
+            pods.sort(key=_by_key)
+            filed[name] = pods
+        else:
+            filed.pop(name, None)
+    return filed
+
+
 def _regroup(before: _PodGroups, changes: Sequence[Change]) -> _PodGroups:
     """What :func:`_group_pods` gives after ``changes`` (pods before and after), from what it
     gave before them: only the nodes, controllers and schedulers the changed pods were or are
@@ -740,23 +758,8 @@ def _regroup(before: _PodGroups, changes: Sequence[Change]) -> _PodGroups:
                 nodes[node].append(new)
             if workload:
                 workloads[workload].append(new)
-    by_node = dict(before.by_node)
-    for node, added in nodes.items():
-        pods = [p for p in before.by_node.get(node, ()) if _by_key(p) not in gone] + added
-        if pods:
-            pods.sort(key=_by_key)
-            by_node[node] = pods
-        else:
-            by_node.pop(node, None)
-    by_workload = dict(before.by_workload)
-    for workload, added in workloads.items():
-        pods = [p for p in before.by_workload.get(workload, ()) if _by_key(p) not in gone]
-        pods += added
-        if pods:
-            pods.sort(key=_by_key)
-            by_workload[workload] = pods
-        else:
-            by_workload.pop(workload, None)
+    by_node = _refiled(before.by_node, nodes, gone)
+    by_workload = _refiled(before.by_workload, workloads, gone)
     by_scheduler = dict(before.nodes_by_scheduler)
     for scheduler in schedulers:
         holding = set(by_scheduler.get(scheduler, ()))
