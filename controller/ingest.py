@@ -668,9 +668,9 @@ class Ingest:
                         return Result.STALE
                     merged = clear_unreachable(merged)
             saved, outcome = store.apply(merged)
-            if device_kind is not None and isinstance(saved, Node):
+            if device_kind is not None and outcome is Outcome.CREATED and isinstance(saved, Node):
                 # A Device that arrived first (retained topics replay in name order) gets
-                # its owner reference fixed now.
+                # its owner reference fixed now (a Node's uid is given when it is created).
                 try:
                     device = store.get(device_kind, node)
                 except NotFound:
