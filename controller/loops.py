@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 
 from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.migration import MigrationController
+from controller.descheduler.migrationrates import EvictionBuckets
 from controller.queueing.jobcontroller import JobController
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.podlifecycle import PodLifecycle
@@ -65,9 +66,12 @@ LOOPS: Mapping[str, LoopFactory] = {
 def build_loops(table: Mapping[str, LoopFactory] | None = None) -> list[ControlLoop]:
     """Instantiate every loop of ``table`` (default :data:`LOOPS`)."""
     loops = [factory() for factory in (LOOPS if table is None else table).values()]
+    evictions = EvictionBuckets()  # one evictQPS bucket for the descheduler's evictions
     for loop in loops:
         if not isinstance(loop, ControlLoop):
             raise TypeError(f"{loop!r} does not implement ControlLoop")
+        if isinstance(loop, DeschedulerLoop | MigrationController):
+            loop.share_evictions(evictions)
     return loops
 
 

@@ -31,8 +31,10 @@ Cycle (controller-spec §6.1), every ``deschedulingInterval`` (``0s``: once per 
      ``defaultDeleteOptions``): deleted (if it is still the pod that was seen) or, with
      ``SoftEviction``, annotated; a Warning Event ``Evicted``: ``evicted by <plugin>:
      <reason>`` (``deleted by``, ``marked for soft eviction by``; ``; grace period Ns``).
-     These deletes take tokens of the cycle's own ``evictQPS`` bucket: the ``migration``
-     loop paces the evictions of PodMigrationJobs with a bucket of its own.
+     These deletes take ``evictQPS`` tokens from the bucket the ``migration`` loop paces the
+     evictions of PodMigrationJobs with, when the two share one (:func:`build_loops
+     <controller.loops.build_loops>` links them; the rate of each side's
+     ``MigrationControllerArgs``).
 
 The loop also keeps the ``descheduler_pod_migration_jobs`` gauge current on every pass.
 """
@@ -87,6 +89,7 @@ from controller.descheduler.evictor import (
 from controller.descheduler.framework import BalancePlugin, CycleView, DeschedulePlugin, Status
 from controller.descheduler.metrics import ERROR, SUCCESS, DeschedulerMetrics
 from controller.descheduler.migration import MODE_EVICT_DIRECTLY, PENDING, RUNNING
+from controller.descheduler.migrationrates import EvictionBuckets
 from controller.errors import StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.snapshots import Change, Snapshot
@@ -116,7 +119,12 @@ _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 class _Plugins:
     """The plugin instances of one profile, built once per configuration."""
 
-    def __init__(self, profile: ProfileConfig, table: Mapping[str, PluginEntry]) -> None:
+    def __init__(
+        self,
+        profile: ProfileConfig,
+        table: Mapping[str, PluginEntry],
+        evictions: EvictionBuckets | None = None,
+    ) -> None:
         self.profile = profile
         self.deschedule: list[DeschedulePlugin] = []
         self.balance: list[BalancePlugin] = []
@@ -147,9 +155,9 @@ class _Plugins:
                 break
         self.filters = any(isinstance(built[name], MigrationController) for name in profile.filter)
         args = self.evictor_args
-        qps = args.qps
-        #: ``evictQPS``/``evictBurst``, and the object limiters: across cycles.
-        self.bucket = TokenBucket(rate=qps, burst=args.evict_burst) if qps > 0 else None
+        #: ``evictQPS``/``evictBurst`` (shared with the ``migration`` loop when ``evictions``
+        #: is given), and the object limiters: across cycles.
+        self.bucket = (evictions or EvictionBuckets()).get(args.qps, args.evict_burst)
         self.object_buckets: dict[tuple[str, str], TokenBucket] = {}
 
 
@@ -180,10 +188,22 @@ class DeschedulerLoop:
         self._jobs_view: object = None
         self._store: Store | None = None
         self._recorder: EventRecorder | None = None
+        self._evictions: EvictionBuckets | None = None
         #: The pod groupings the last cycle read, and their pods by node with each node's
         #: list from the groupings before where the node's pods are the same objects
         self._groups: _PodGroups | None = None
         self._by_node: Mapping[str, Sequence[Pod]] = {}
+
+    @property
+    def eviction_buckets(self) -> EvictionBuckets | None:
+        """The ``evictQPS`` buckets shared with the ``migration`` loop (None: its own)."""
+        return self._evictions
+
+    def share_evictions(self, buckets: EvictionBuckets) -> None:
+        """Take the tokens of direct evictions from ``buckets``, shared with the
+        ``migration`` loop (:func:`controller.loops.build_loops` links the two); profiles
+        built from now on use them."""
+        self._evictions = buckets
 
     @property
     def configuration(self) -> Configuration | None:
@@ -251,7 +271,7 @@ class DeschedulerLoop:
                 raise DeschedulerConfigError(f"no key {k.DESCHEDULER_CONFIG_KEY!r} in its data")
             table = self._registry()
             config = load_configuration(text, plugins=table)
-            profiles = [_Plugins(profile, table) for profile in config.profiles]
+            profiles = [_Plugins(profile, table, self._evictions) for profile in config.profiles]
         except DeschedulerConfigError as err:
             self._refused = source
             kept = "keeping the previous configuration" if self._config else "descheduling is off"

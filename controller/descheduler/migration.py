@@ -77,8 +77,10 @@ admissions keep their replicas while a replica's pod is missing.
 The loop's limits come from the descheduler's ConfigMap (the first profile's
 ``MigrationControllerArgs``; a configuration that does not load keeps those in force). The
 token buckets live as long as the rates they were made for (``evictQPS``, ``evictBurst``,
-``objectLimiters``). The descheduler loop's own direct evictions (pods of schedulers outside
-``schedulerNames``) keep their own ``evictQPS`` bucket.
+``objectLimiters``). The descheduler loop's own direct evictions (``EvictDirectly``, pods of
+schedulers outside ``schedulerNames``) take their tokens from the same ``evictQPS`` bucket
+when the two loops share one (:class:`~.migrationrates.EvictionBuckets`, linked by
+:func:`controller.loops.build_loops`) and their args give the same rate.
 
 Not done (yet): ``reservationOptions.template`` and preemption options, and the pod-importance
 order of arbitration.
@@ -142,6 +144,7 @@ from controller.descheduler.evictionpolicy import (
 )
 from controller.descheduler.migrationrates import (
     DEFAULT_OBJECT_RATES,
+    EvictionBuckets,
     MigrationRates,
     ObjectLimiterArgs,
     ObjectRate,
@@ -345,10 +348,14 @@ class Limits:
             default_delete_options=args.default_delete_options,
         )
 
-    def rates(self) -> MigrationRates:
-        """Fresh token buckets for these limits."""
+    def rates(self, evictions: EvictionBuckets | None = None) -> MigrationRates:
+        """Fresh token buckets for these limits (the ``evictQPS`` one from ``evictions``,
+        when given)."""
         return MigrationRates(
-            qps=self.evict_qps, burst=self.evict_burst, objects=self.object_limiters
+            qps=self.evict_qps,
+            burst=self.evict_burst,
+            objects=self.object_limiters,
+            evictions=evictions,
         )
 
 
@@ -994,12 +1001,24 @@ class MigrationController:
         self._pod_index: World | None = None
         self._rates: MigrationRates | None = None
         self._rates_of: tuple[float, int, tuple[ObjectRate, ...]] | None = None
+        self._evictions: EvictionBuckets | None = None
+
+    @property
+    def eviction_buckets(self) -> EvictionBuckets | None:
+        """The ``evictQPS`` buckets shared with the descheduler loop (None: its own)."""
+        return self._evictions
+
+    def share_evictions(self, buckets: EvictionBuckets) -> None:
+        """Take ``evictQPS`` tokens from ``buckets``, shared with the descheduler loop's
+        direct evictions (:func:`controller.loops.build_loops` links the two)."""
+        self._evictions = buckets
+        self._rates = None
 
     def _rates_for(self, limits: Limits) -> MigrationRates:
         """The token buckets of ``limits``, kept while the rates stay the same."""
         key = (limits.evict_qps, limits.evict_burst, limits.object_limiters)
         if self._rates is None or key != self._rates_of:
-            self._rates = limits.rates()
+            self._rates = limits.rates(self._evictions)
             self._rates_of = key
         return self._rates
 

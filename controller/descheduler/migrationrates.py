@@ -115,16 +115,42 @@ def _due(bucket: TokenBucket, now: datetime) -> datetime:
     return now + timedelta(seconds=missing / bucket.rate) + timedelta(microseconds=1)
 
 
+class EvictionBuckets:
+    """The ``evictQPS``/``evictBurst`` token buckets of one controller, by rate: the
+    descheduler loop's direct evictions and the ``migration`` loop's evictions of
+    PodMigrationJobs draw on one bucket when their ``MigrationControllerArgs`` give the same
+    rate, so that together they keep to it (as koord-descheduler's one evictor does)."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[tuple[float, int], TokenBucket] = {}
+
+    def get(self, qps: float, burst: int) -> TokenBucket | None:
+        """The bucket of ``qps`` tokens a second holding ``burst``; None when ``qps`` is 0
+        (no limit)."""
+        if qps <= 0:
+            return None
+        found = self._buckets.get((qps, burst))
+        if found is None:
+            found = self._buckets[(qps, burst)] = _bucket(qps, burst)
+        return found
+
+
 class MigrationRates:
-    """The buckets of one ``migration`` loop (they live as long as its configuration)."""
+    """The buckets of one ``migration`` loop (they live as long as its configuration; the
+    ``evictQPS`` one as long as ``evictions``, when given)."""
 
     def __init__(
-        self, *, qps: float, burst: int, objects: Iterable[ObjectRate] = DEFAULT_OBJECT_RATES
+        self,
+        *,
+        qps: float,
+        burst: int,
+        objects: Iterable[ObjectRate] = DEFAULT_OBJECT_RATES,
+        evictions: EvictionBuckets | None = None,
     ) -> None:
         self.qps = qps
         self.burst = burst
         self.objects = tuple(o for o in objects if o.enabled)
-        self._evictions = _bucket(qps, burst) if qps > 0 else None
+        self._evictions = (evictions or EvictionBuckets()).get(qps, burst)
         self._by_object: dict[tuple[str, str], TokenBucket] = {}
 
     def take_eviction(self, now: datetime) -> datetime | None:

@@ -136,3 +136,17 @@ def test_build_loops_checks_the_protocol() -> None:
 
     with pytest.raises(TypeError, match="ControlLoop"):
         build_loops({"bad": NotALoop})  # type: ignore[dict-item]
+
+
+def test_build_loops_gives_the_descheduler_and_migration_loops_one_evict_qps_bucket() -> None:
+    from controller.descheduler.loop import DeschedulerLoop
+    from controller.descheduler.migration import MigrationController
+
+    loops = build_loops()
+    (descheduler,) = (loop for loop in loops if isinstance(loop, DeschedulerLoop))
+    (migration,) = (loop for loop in loops if isinstance(loop, MigrationController))
+    assert descheduler.eviction_buckets is not None
+    assert descheduler.eviction_buckets is migration.eviction_buckets
+    # a second controller's loops have buckets of their own
+    again = next(loop for loop in build_loops() if isinstance(loop, DeschedulerLoop))
+    assert again.eviction_buckets is not descheduler.eviction_buckets

@@ -26,6 +26,7 @@ from controller.descheduler.config import PluginEntry
 from controller.descheduler.evictionpolicy import ANNOTATION_SOFT_EVICTION
 from controller.descheduler.framework import CycleView, Evictor, Status
 from controller.descheduler.loop import DeschedulerLoop
+from controller.descheduler.migrationrates import EvictionBuckets
 from controller.descheduler.plugins import PLUGINS
 from controller.loops import LoopContext
 from controller.store import Store
@@ -385,6 +386,27 @@ def test_evict_directly_deletes_the_pod_with_an_event(store: Store, clock: Clock
     assert event.type == "Warning"
     assert event.message == "evicted by Pick: testing"
     assert (event.involved_object.kind, event.involved_object.name) == ("Pod", "web-0")
+
+
+def test_a_direct_eviction_waits_for_a_token_the_migration_loop_took(
+    store: Store, clock: Clock
+) -> None:
+    # One evictQPS bucket for both loops (build_loops links them): 10 a second, burst 1.
+    setup_cluster(store)
+    store.create(config_map(document(migration={"defaultJobMode": "EvictDirectly"})))
+    loop, ctx = loop_and_context(store, clock)
+    buckets = EvictionBuckets()
+    loop.share_evictions(buckets)
+    shared = buckets.get(10.0, 1)
+    assert shared is not None
+    assert shared.take(clock.now)  # the migration loop evicted a pod just now
+    loop.reconcile(ctx)
+    pods = store.registry.for_type(Pod)
+    assert store.exists(pods, "web-0", "default")  # refused: no token this instant
+    clock.now += timedelta(seconds=10)
+    loop.reconcile(ctx)
+    assert not store.exists(pods, "web-0", "default")
+    assert not shared.take(clock.now)  # the cycle took the token
 
 
 @pytest.mark.parametrize(

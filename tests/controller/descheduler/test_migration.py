@@ -67,7 +67,7 @@ from controller.descheduler.migration import (
     reservation_for,
     workload_limit,
 )
-from controller.descheduler.migrationrates import ObjectRate
+from controller.descheduler.migrationrates import EvictionBuckets, ObjectRate
 from controller.loops import LOOPS, LoopContext
 from controller.simulate import simulate
 from controller.store import Store
@@ -1257,3 +1257,25 @@ def test_args_the_loop_cannot_use_keep_the_limits_in_force(store: Store, clock: 
     # The configuration itself is refused, naming the field (the descheduler loop reports it).
     with pytest.raises((DeschedulerConfigError, ValueError), match="defaultDeleteOptions"):
         load_configuration(bad)
+
+
+def test_an_eviction_waits_for_a_token_the_descheduler_took(store: Store, clock: Clock) -> None:
+    # One evictQPS bucket for both loops: the descheduler's direct eviction took the token.
+    pod = store.create(ready(make_pod("web-0", owner=replicaset("rs0"))))
+    store.create(_direct("move", pod))
+    loop = MigrationController(Limits(evict_qps=0.5))
+    buckets = EvictionBuckets()
+    loop.share_evictions(buckets)
+    shared = buckets.get(0.5, 1)
+    assert shared is not None
+    assert shared.take(clock.now)
+    wait = step(store, clock, loop)
+    assert not _pod_gone(store, "web-0")
+    assert (get_job(store).status.phase, get_job(store).status.reason) == (
+        RUNNING,
+        "TooManyEvictions",
+    )
+    assert wait == pytest.approx(2.0, abs=1e-3)
+    clock.now += timedelta(seconds=2)
+    step(store, clock, loop)
+    assert _pod_gone(store, "web-0")

@@ -13,6 +13,7 @@ from apis.duration import Duration
 from controller.descheduler.evictor import MigrationControllerArgs, ObjectLimiter
 from controller.descheduler.migrationrates import (
     DEFAULT_OBJECT_RATES,
+    EvictionBuckets,
     MigrationRates,
     ObjectRate,
     object_rates,
@@ -222,3 +223,17 @@ def test_object_rates_from_the_args() -> None:
 def test_bad_object_limiters_name_the_field(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         ObjectRate(**kwargs)  # type: ignore[arg-type]
+
+
+def test_eviction_buckets_hand_out_one_bucket_per_rate() -> None:
+    buckets = EvictionBuckets()
+    first = buckets.get(0.5, 1)
+    assert first is not None
+    assert buckets.get(0.5, 1) is first
+    assert buckets.get(0.5, 2) is not first
+    assert buckets.get(0.0, 1) is None  # evictQPS 0: no limit
+    # a migration loop's rates over them take from that very bucket
+    rates = MigrationRates(qps=0.5, burst=1, objects=(), evictions=buckets)
+    assert first.take(T0)
+    assert rates.take_eviction(T0) == T0 + timedelta(seconds=2, microseconds=1)
+    assert MigrationRates(qps=0.5, burst=1, objects=()).take_eviction(T0) is None  # its own
