@@ -37,8 +37,8 @@ Every message is checked before anything is written, and counted in
 Times without a UTC offset are read as UTC. Nothing invalid is ever applied, and nothing an
 agent sends stops the ingest.
 
-Cost. Messages that arrive together (within ``linger``, 10 ms, of each other, and within
-``max_linger``, 50 ms, of the first) are written in one store transaction (one SQLite commit,
+Cost. Messages that arrive together (within ``linger``, 20 ms, of each other, and within
+``max_linger``, 100 ms, of the first) are written in one store transaction (one SQLite commit,
 and one pass of the control loops) through :meth:`controller.store.Store.submit_many`; each
 message's writes still succeed or fail alone. What arrives is taken off the subscription at
 every ``linger`` step, so a body waits unread at most that long. A Node or Device that
@@ -125,11 +125,11 @@ MAX_BATCH: Final = 1024
 #: again while more keep coming): each wait ends by taking what arrived into the batch, so a
 #: body waits unread at most this long (a newer report of the same topic supersedes a body
 #: still unread: never validated, never counted as what it was).
-LINGER: Final = 0.01
+LINGER: Final = 0.02
 #: Seconds the ingest gathers a batch at most, while messages keep coming, before writing
 #: them: under a fleet's steady flow, one commit and one pass of the control loops per this
 #: much time, whatever the rate.
-MAX_LINGER: Final = 0.05
+MAX_LINGER: Final = 0.1
 
 _O = TypeVar("_O", bound=Object)
 
