@@ -68,6 +68,9 @@ class CycleView:
     #: filter's answer for the node's other pods as it was (see :meth:`filter_holds_on`).
     #: None: not known, every node counts as one.
     direct_nodes: frozenset[str] | None = None
+    #: What :meth:`request_of` gave in the cycle before, by pod identity, with the pod (see
+    #: :meth:`requests_asked`): taken again for a pod that is still the same object.
+    requests_before: Mapping[int, tuple[Pod, dict[str, int]]] = field(default_factory=dict)
     #: Memos of :meth:`request_of` (by pod identity; ``_asked`` keeps those pods alive, so no
     #: identity is reused) and of :meth:`requested_on` (by node name), filled as plugins and
     #: the evictor ask.
@@ -93,9 +96,19 @@ class CycleView:
         worked out once per view. Shared: never modify it."""
         found = self._requests.get(id(pod))
         if found is None:
-            found = self._requests[id(pod)] = nodefit.request_of(pod)
+            before = self.requests_before.get(id(pod))
+            found = before[1] if before is not None and before[0] is pod else None
+            if found is None:
+                found = nodefit.request_of(pod)
+            self._requests[id(pod)] = found
             self._asked.append(pod)
         return found
+
+    def requests_asked(self) -> dict[int, tuple[Pod, dict[str, int]]]:
+        """What :meth:`request_of` gave in this view, by pod identity, with the pod: the next
+        cycle's ``requests_before``."""
+        requests = self._requests
+        return {id(pod): (pod, requests[id(pod)]) for pod in self._asked}
 
     def requested_on(self, node: str) -> Mapping[str, int]:
         """The requests of the pods on ``node`` summed, ``pods`` their number

@@ -193,6 +193,8 @@ class DeschedulerLoop:
         #: list from the groupings before where the node's pods are the same objects
         self._groups: _PodGroups | None = None
         self._by_node: Mapping[str, Sequence[Pod]] = {}
+        #: The pods' requests the last cycle worked out (CycleView.requests_before)
+        self._requests: dict[int, tuple[Pod, dict[str, int]]] = {}
 
     @property
     def eviction_buckets(self) -> EvictionBuckets | None:
@@ -381,6 +383,7 @@ class DeschedulerLoop:
                 metrics=node_metrics,
                 all_nodes=everywhere,
                 direct_nodes=direct_nodes(plugins.evictor_args, nodes_by_scheduler),
+                requests_before=self._requests,
             )
             evictor = CycleEvictor(
                 view,
@@ -411,6 +414,10 @@ class DeschedulerLoop:
                     plugins.profile.name,
                     functools.partial(balance.balance, view, _for_plugin(balance, evictor, config)),
                 )
+        carried: dict[int, tuple[Pod, dict[str, int]]] = {}
+        for _, view, _ in runs:
+            carried.update(view.requests_asked())
+        self._requests = carried
         self._write(ctx, snapshot, ledger, dry_run=config.dry_run)
         elapsed = self._timer() - started
         if self._metrics is not None:

@@ -141,3 +141,19 @@ def test_view_sums_the_requests_on_a_node_once() -> None:
 def test_view_says_where_the_filter_holds(direct_nodes: frozenset[str] | None, holds: bool) -> None:
     view = CycleView(now=T0, nodes=(), pods_by_node={}, direct_nodes=direct_nodes)
     assert view.filter_holds_on("node-a") is holds
+
+
+def test_a_view_takes_the_request_of_the_cycle_before_for_the_same_pod_object() -> None:
+    web = make_pod("web", cpu=500, memory=GI)
+    first = CycleView(now=T0, nodes=(), pods_by_node={})
+    assert first.request_of(web) == {"cpu": 500, "memory": GI}
+    carried = first.requests_asked()
+    assert carried == {id(web): (web, {"cpu": 500, "memory": GI})}
+    # the next cycle: the same pod object gets the very dict, an equal new object its own
+    second = CycleView(now=T0, nodes=(), pods_by_node={}, requests_before=carried)
+    assert second.request_of(web) is carried[id(web)][1]
+    again = msgspec.structs.replace(web)
+    assert again == web
+    assert again is not web
+    assert second.request_of(again) is not carried[id(web)][1]
+    assert second.request_of(again) == {"cpu": 500, "memory": GI}
