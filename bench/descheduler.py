@@ -15,16 +15,23 @@ proposes its evictions (one ``EvictionProposed`` Event each) instead of migratin
 
 What is timed: one :meth:`~controller.descheduler.loop.DeschedulerLoop.reconcile` that runs a
 cycle — reading the snapshot, building the cycle's view, both plugins, the evictor's filters
-and limits, and writing the proposals — best of ``--repeat`` cycles (default 3, each on a new
-loop over the same store, whose heap is settled first as the controller's is once its store
-is loaded: :func:`koordpy.lifecycle.settle_heap`). A cycle's pod groupings (by node, by
-controller) are worked out once per version of the pods and shared, like the store's views of
-each kind; the first cycle, which also builds those (as a cycle does after pods changed), is
-printed too. Printed: seconds per cycle, evictions proposed (per plugin), and
-the ratio to the target (of the wall-clock seconds). Beside them, the process CPU seconds of
-the cycle (best of the repeats too): on a shared machine wall time also counts the time other
-processes took the cores, so CPU time is the steadier figure to compare changes by. Target:
-<= 1 s per cycle (koord-descheduler's default interval is 10 s).
+and limits, and writing the proposals — best of ``--repeat`` cycles (default 3, one loop run
+once per ``deschedulingInterval`` of a clock, as the controller runs it, over a store whose
+heap is settled first as the controller's is once its store is loaded:
+:func:`koordpy.lifecycle.settle_heap`). A cycle keeps, for the next, what it worked out per
+node (the pods grouped by node, each node's usage, CustomPriority's candidate order) while the
+node's pods and NodeMetric are the same objects. Printed beside the best cycle:
+
+- the first cycle, which keeps nothing from one before (as after the controller started or
+  the configuration changed);
+- a cycle after churn: :data:`CHURN_PODS` of the pods and :data:`CHURN_METRICS` of the
+  NodeMetrics replaced since the cycle before, as in a busy cluster over one interval;
+- evictions proposed (per plugin), the ratio to the target (of the wall-clock seconds), and
+  the process CPU seconds of the best cycle: on a shared machine wall time also counts the
+  time other processes took the cores.
+
+Target: <= 1 s per cycle (koord-descheduler's default interval is 10 s), judged for the best
+cycle and, on the same line, for the cycle after churn.
 """
 
 from __future__ import annotations
@@ -338,6 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     total = sum(proposed.values())
     by_plugin = ", ".join(f"{name} {count}" for name, count in sorted(proposed.items()))
     ok = seconds <= TARGET_SECONDS
+    churn_ok = figures.churned <= TARGET_SECONDS
     print(
         "\n".join(
             (
@@ -352,7 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f" {figures.churned_proposals} proposed)",
                 f"  evictions proposed       {total} ({by_plugin or 'none'})",
                 f"  ratio to target          {seconds / TARGET_SECONDS:.2f}",
-                f"  target: <= {TARGET_SECONDS:g} s per cycle: {'met' if ok else 'MISSED'}",
+                f"  target: <= {TARGET_SECONDS:g} s per cycle: {'met' if ok else 'MISSED'}"
+                f" (after churn: {'met' if churn_ok else 'MISSED'})",
             )
         ),
         flush=True,
