@@ -618,6 +618,9 @@ class CycleEvictor:
         self.object_buckets = object_buckets if object_buckets is not None else {}
         self._compiled = _compile(self.args, ledger.priority_classes)
         self._targets: tuple[Node, ...] | None = None
+        #: The pod ``filter`` last passed and the number of admissions then (the filter's
+        #: answer holds until the next admission).
+        self._passed: tuple[Pod, int] | None = None
         self._switches()
 
     @property
@@ -628,14 +631,20 @@ class CycleEvictor:
     # -- the framework's Evictor -----------------------------------------------------------------
 
     def filter(self, pod: Pod) -> bool:
-        return not self.refusal(pod)
+        if self.refusal(pod):
+            return False
+        # Remembered for evict: its filter gives the same answer until an admission.
+        self._passed = (pod, len(self._ledger.admitted))
+        return True
 
     def pre_eviction_filter(self, pod: Pod) -> bool:
         return not self.misfit(pod)
 
     def evict(self, pod: Pod, *, plugin: str, reason: str) -> bool:
         ledger = self._ledger
-        if self.refusal(pod) or self.misfit(pod):
+        passed = self._passed
+        filtered = passed is not None and passed[0] is pod and passed[1] == len(ledger.admitted)
+        if (not filtered and self.refusal(pod)) or self.misfit(pod):
             return False
         limit = ledger.limit_refusal(pod)
         node = pod.spec.node_name

@@ -310,8 +310,11 @@ class _Targets:
     the promises), split in two: the pod's constraints (selector, affinity, taints,
     schedulability) are checked once per node and kind of pod, its request against the load
     every time. Without ``nodeFit`` only the remaining cpu, memory and pods are checked.
-    Answers are remembered by need and constraints until capacity changes, so candidates the
-    evictor refuses (its limits reached) cost a look-up each.
+    Answers are remembered by need and constraints. Holding or promising only takes room,
+    so a target before the one found for a need still has no room for it, and a need that
+    fitted nowhere still fits nowhere: the next like pod checks the target found last and,
+    when it is full now, searches only past it. Giving held capacity back forgets every
+    answer.
 
     A drain first *holds* capacity for its pods: held capacity counts in the full check but
     leaves the tree alone (the tree then over-states what remains, which only prunes less), so
@@ -327,7 +330,8 @@ class _Targets:
         self._ledger = ledger
         self._node_fit = node_fit
         self._static: dict[tuple[_Constraints, int], bool] = {}
-        #: First fits found since the last change of capacity, by need and constraints.
+        #: The first fit last found for a need and constraints (no target before it has
+        #: room for them while nothing is given back).
         self._memo: dict[tuple[tuple[tuple[str, int], ...], _Constraints], int | None] = {}
         #: Each target's allocatable cpu, memory and pods, once a search reached it.
         self._caps: list[tuple[int, int, int] | None] = [None] * len(self.nodes)
@@ -429,40 +433,50 @@ class _Targets:
         need = self._ledger.need(pod)
         constraints = _constraints(pod)
         key = (tuple(need.items()), constraints)
+        start = 0
         if key in self._memo:
-            return self._memo[key]
-        found = self._search(pod, need, constraints)
+            last = self._memo[key]
+            if last is None or self._fits(pod, need, constraints, last):
+                return last
+            start = last + 1  # the targets before it still have no room for it
+        found = self._search(pod, need, constraints, start)
         self._memo[key] = found
         return found
 
-    def _search(self, pod: Pod, need: Mapping[str, int], constraints: _Constraints) -> int | None:
+    def _search(
+        self, pod: Pod, need: Mapping[str, int], constraints: _Constraints, start: int = 0
+    ) -> int | None:
+        """The first target from ``start`` on with room for ``pod``."""
         cpu, memory = need.get(_CPU, 0), need.get(_MEMORY, 0)
         cpu_tree, memory_tree, pods_tree = self._trees
         size, count = self._size, len(self.nodes)
-        # Leftmost first: go down the left child, keep the right one for later.
-        later: list[int] = []
-        v = 1
+        # Leftmost first: go down the left child, keep the right one for later; a subtree
+        # whose targets ([lo, lo + span)) all come before ``start`` is passed over.
+        later: list[tuple[int, int, int]] = []
+        v, lo, span = 1, 0, size
         while True:
             if (
-                (cpu <= 0 or cpu_tree[v] >= cpu)
+                lo + span > start
+                and (cpu <= 0 or cpu_tree[v] >= cpu)
                 and (memory <= 0 or memory_tree[v] >= memory)
                 and pods_tree[v] >= 1
             ):
                 if v < size:
-                    later.append(2 * v + 1)
+                    span //= 2
+                    later.append((2 * v + 1, lo + span, span))
                     v *= 2
                     continue
-                i = v - size
-                if i < count and self._fits(pod, need, constraints, i):
-                    return i
+                if lo < count and self._fits(pod, need, constraints, lo):
+                    return lo
             if not later:
                 return None
-            v = later.pop()
+            v, lo, span = later.pop()
 
     def hold(self, pod: Pod, i: int) -> None:
         """Hold ``pod``'s need on target ``i`` until :meth:`promise` or :meth:`release`."""
-        self._add(self._held.setdefault(i, {}), self._ledger.need(pod), 1)
-        self._memo.clear()
+        need = self._ledger.need(pod)
+        self._add(self._held.setdefault(i, {}), need, 1)
+        self._gave_back(need)
 
     def release(self) -> None:
         """Give back everything held."""
@@ -478,7 +492,13 @@ class _Targets:
             self._add(self._held[i], need, -1)
         self._ledger.promise(self.nodes[i].metadata.name, need)
         self._refresh(i)
-        self._memo.clear()
+        self._gave_back(need)
+
+    def _gave_back(self, need: Mapping[str, int]) -> None:
+        """``need`` was booked on a target: forget every first fit when some amount of it is
+        negative (that gives room back)."""
+        if any(amount < 0 for amount in need.values()):
+            self._memo.clear()
 
     @staticmethod
     def _add(into: dict[str, int], need: Mapping[str, int], sign: int) -> None:

@@ -39,6 +39,9 @@ from controller.descheduler.plugins.custompriority import (
     CustomPriority,
     CustomPriorityArgs,
     EvictionTier,
+    _constraints,
+    _Ledger,
+    _Targets,
     candidate_order,
     container_requests_sum,
 )
@@ -800,6 +803,52 @@ def test_drain_evicts_all_candidates_of_a_node_or_none(
         assert mine in (set(), candidates), n.metadata.name
         if mine and not n.spec.unschedulable:
             assert n.metadata.name in evictor.cordoned
+
+
+@PROPERTY
+@given(
+    cluster=clusters(),
+    node_fit=st.booleans(),
+    steps=st.lists(
+        st.tuples(st.sampled_from(["promise", "hold", "release"]), st.integers(0, 13)),
+        max_size=12,
+    ),
+)
+def test_first_fit_is_the_leftmost_target_that_fits_after_any_bookings(
+    cluster: tuple[list[Node], list[Pod]],
+    node_fit: bool,
+    steps: list[tuple[str, int]],
+) -> None:
+    # What is remembered between searches never changes the answer: after each promise,
+    # hold or release, every pod's first fit is the first target that fits it now.
+    nodes, pods = cluster
+    ledger = _Ledger(make_view(nodes, pods))
+    targets = _Targets(sorted(nodes, key=lambda n: n.metadata.name), ledger, node_fit=node_fit)
+
+    def leftmost(p: Pod) -> int | None:
+        need, constraints = ledger.need(p), _constraints(p)
+        return next((i for i in range(len(nodes)) if targets._fits(p, need, constraints, i)), None)
+
+    def check() -> None:
+        for p in pods:
+            assert targets.first_fit(p) == leftmost(p), p.metadata.name
+
+    check()
+    held = False
+    for step, index in steps:
+        if not pods:
+            break
+        p = pods[index % len(pods)]
+        found = targets.first_fit(p)
+        if step == "release":
+            targets.release()
+            held = False
+        elif found is not None and step == "hold":
+            targets.hold(p, found)
+            held = True
+        elif found is not None and not held:
+            targets.promise(p, found)
+        check()
 
 
 @pytest.mark.parametrize("mode", ["BestEffort", "DrainNode"])

@@ -702,3 +702,18 @@ def test_can_evict_from_says_when_a_node_or_the_cycle_is_full() -> None:
     assert not subject.can_evict_from("node-b")
     assert not subject.can_evict_from("node-c")
     assert not subject.evict(p3, plugin="T", reason="r")
+
+
+def test_evict_checks_the_filter_again_after_an_admission_since_it_was_asked() -> None:
+    # Both pods pass the filter while nothing is admitted; once the first is evicted directly
+    # (migrating at once), the node's limit of 1 refuses the second, filtered before that.
+    pods = spread(2, nodes=1)
+    subject = evictor(
+        [*pods, *partners(pods)],
+        args=margs(defaultJobMode="EvictDirectly", maxMigratingPerNode=1),
+    )
+    assert subject.filter(pods[0])
+    assert subject.filter(pods[1])
+    assert subject.evict(pods[0], plugin="T", reason="r")
+    assert not subject.evict(pods[1], plugin="T", reason="r")
+    assert "1 pods of node node-a are migrating" in subject.refusal(pods[1])

@@ -824,3 +824,40 @@ def test_a_node_usage_is_worked_out_again_when_its_nodemetric_or_pods_change() -
     assert again() == 1
     # the same NodeMetric, now expired
     assert again(now=T0 + timedelta(seconds=180)) == 0
+
+
+def test_a_sources_order_is_kept_while_its_usage_is_the_same_and_taken_pods_are_dropped() -> None:
+    # hot: 84 of 100 cores; its pods use 4, 30, 20 and 28 cores (all batch, same requests
+    # order): the order is by usage, most first, so p1 goes first (84 - 30 = 54, below 75).
+    cluster = Cluster()
+    cluster.node("hot", system=2, pods=[("p0", 4), ("p1", 30), ("p2", 20), ("p3", 28)])
+    cluster.node("cold", system=10)
+    plugin = LowNodeLoad(load_args(AT_ONCE))
+    view = cluster.view()
+    by_name = {p.metadata.name: p for p in view.pods_on("hot")}
+
+    def evicted(current: CycleView, *, already: Sequence[str] = ()) -> list[str]:
+        evictor = FakeEvictor(already=[by_name[name] for name in already])
+        assert plugin.balance(current, evictor).ok
+        return evictor.evicted()
+
+    assert evicted(view) == ["p1"]
+    assert evicted(view) == ["p1"]  # the same objects: the same order
+    # p1 taken by an earlier plugin: the kept order goes on with the next pod
+    assert evicted(view, already=["p1"]) == ["p3"]
+    assert evicted(view, already=["p1", "p3"]) == ["p2"]
+    assert evicted(view) == ["p1"]
+    # a new report: p2 now uses the most (84 cores in all again), the order is worked out anew
+    moved = Cluster()
+    moved.node("hot", system=2, pods=[("p0", 4), ("p1", 20), ("p2", 30), ("p3", 28)])
+    metric = moved.metric("hot")
+    assert metric is not None
+    again = CycleView(
+        now=view.now,
+        nodes=view.nodes,
+        pods_by_node=view.pods_by_node,
+        metrics={**view.metrics, "hot": metric},
+        all_nodes=view.all_nodes,
+    )
+    assert evicted(again) == ["p2"]
+    assert evicted(view) == ["p1"]

@@ -154,6 +154,20 @@ class _Targets:
 _Candidate: TypeAlias = tuple[Pod, PodKey, Mapping[str, int]]
 
 
+@dataclass(frozen=True, slots=True)
+class _Order:
+    """A source's candidates in drain order and what that order was worked out from."""
+
+    source: NodeUsage
+    #: The resources over the source's high level (the order weighs their usage).
+    over: tuple[str, ...]
+    #: Every candidate, none dropped as taken, in order.
+    candidates: list[_Candidate]
+    #: Whether moving any of them only adds to a target (:meth:`LowNodeLoad._grows_nothing`),
+    #: so also for any part of them.
+    grows_nothing: bool
+
+
 def _is_prod(pod: Pod) -> bool:
     return priority_class(pod) is PriorityClass.PROD
 
@@ -173,6 +187,12 @@ class LowNodeLoad:
         #: the next call, which reuses it where the node, its NodeMetric and its pods are the
         #: same objects (immutable; a node whose pods changed gets a new pod list)
         self._usages: dict[tuple[str, str], _Measured] = {}
+        #: (pool, source, prod pass) -> its candidates in order as the last call drained it
+        #: (before the pods taken in the call were dropped): kept for the next call, which
+        #: reuses them while the source's usage is the same object and the same resources
+        #: are over the high level
+        self._orders: dict[tuple[str, str, bool], _Order] = {}
+        self._next_orders: dict[tuple[str, str, bool], _Order] = {}
 
     # -- the call --------------------------------------------------------------------------
 
@@ -185,9 +205,11 @@ class LowNodeLoad:
         taken = {pod_key(intent.pod) for intent in evictor.intents}
         done: set[str] = set()
         measured: dict[tuple[str, str], _Measured] = {}
+        self._next_orders = {}
         for pool in self.pools:
             self._run_pool(pool, view, evictor, done, taken, measured)
         self._usages = measured
+        self._orders, self._next_orders = self._next_orders, {}
         return Status()
 
     def _pool_usages(
@@ -429,18 +451,15 @@ class LowNodeLoad:
             elif detectors.state(key, cycle.view.now) is State.ANOMALY:
                 detectors.mark(key, pool.anomaly, normal=True, now=cycle.view.now)
 
-    def _candidates(self, cycle: _Cycle, source: NodeUsage, *, prod: bool) -> list[_Candidate]:
-        """The source's pods with a reported usage, not taken, selected (and koord-prod in the
-        prod pass); the evictor's filter and the targets are asked later, pod by pod."""
+    def _candidates(self, source: NodeUsage, *, prod: bool) -> list[_Candidate]:
+        """The source's pods with a reported usage, selected (and koord-prod in the prod
+        pass); the pods taken, the evictor's filter and the targets are asked later."""
         found: list[_Candidate] = []
-        taken = cycle.taken
         for pod, amounts in zip(source.pods, source.reported, strict=True):
             if amounts is None:
                 continue
             meta = pod.metadata
             key = (meta.namespace, meta.name)
-            if key in taken:
-                continue
             if prod and not _is_prod(pod):
                 continue
             if self._selected(pod):
@@ -463,6 +482,33 @@ class LowNodeLoad:
             if any(amount < 0 for amount in request_of(pod).values()):
                 return False
         return True
+
+    def _order(
+        self, cycle: _Cycle, source: NodeUsage, over: tuple[str, ...], *, prod: bool
+    ) -> _Order:
+        """The source's candidates in drain order: :mod:`~controller.descheduler.podsort`
+        order, then weighted usage of the ``over`` resources (most first), then newest first,
+        then by key (a total order: dropping pods from the list keeps the others' order)."""
+        over_weights = {r: cycle.pool.resource_weights.get(r, 1) for r in over}
+        capacity = source.capacity
+
+        def order(candidate: _Candidate) -> tuple[object, ...]:
+            pod, key, amounts = candidate
+            stamp = pod.metadata.creation_timestamp
+            return (
+                sort_key(pod),
+                -usage_score(amounts, capacity, over_weights, over),
+                -stamp.timestamp() if stamp is not None else -0.0,
+                key,
+            )
+
+        candidates = sorted(self._candidates(source, prod=prod), key=order)
+        return _Order(
+            source=source,
+            over=over,
+            candidates=candidates,
+            grows_nothing=not candidates or self._grows_nothing(cycle, source, candidates),
+        )
 
     def _drain(
         self,
@@ -489,8 +535,20 @@ class LowNodeLoad:
         current = cycle.prod_usage if prod else cycle.usage
         high = all_levels[name].high
         node_fit = self.args.node_fit
-        candidates = self._candidates(cycle, source, prod=prod)
-        if node_fit and candidates and not self._grows_nothing(cycle, source, candidates):
+        over = tuple(r for r in cycle.resources if current[name].get(r, 0) > high[r])
+        memo_key = (cycle.pool.name, name, prod)
+        order = self._orders.get(memo_key)
+        if order is None or order.source is not source or order.over != over:
+            order = self._order(cycle, source, over, prod=prod)
+        self._next_orders[memo_key] = order
+        taken = cycle.taken
+        candidates = [c for c in order.candidates if c[1] not in taken]
+        if (
+            node_fit
+            and candidates
+            and not order.grows_nothing
+            and not self._grows_nothing(cycle, source, candidates)
+        ):
             candidates = [
                 candidate
                 for candidate in candidates
@@ -500,21 +558,7 @@ class LowNodeLoad:
             ]
         if not candidates:
             return
-        over = [r for r in cycle.resources if current[name].get(r, 0) > high[r]]
-        over_weights = {r: cycle.pool.resource_weights.get(r, 1) for r in over}
-        capacity = source.capacity
-
-        def order(candidate: _Candidate) -> tuple[object, ...]:
-            pod, key, amounts = candidate
-            stamp = pod.metadata.creation_timestamp
-            return (
-                sort_key(pod),
-                -usage_score(amounts, capacity, over_weights, over),
-                -stamp.timestamp() if stamp is not None else -0.0,
-                key,
-            )
-
-        for pod, key, amounts in sorted(candidates, key=order):
+        for pod, key, amounts in candidates:
             if not is_over(current[name], high) or any(v <= 0 for v in budget.values()):
                 return
             if not evictor.can_evict_from(name):
