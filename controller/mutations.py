@@ -8,9 +8,11 @@ a kind is every top-level field but ``apiVersion``, ``kind``, ``metadata`` and `
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -84,6 +86,8 @@ class Shape:
     body: tuple[str, ...]
     has_status: bool
     default_status: Any
+    #: an object's ``body`` fields as a tuple, by ``operator.attrgetter`` (compared whole)
+    body_of: Callable[[Object], tuple[Any, ...]]
 
 
 def shape_of(kind: Kind) -> Shape:
@@ -108,11 +112,23 @@ def shape_of(kind: Kind) -> Shape:
         body=tuple(body),
         has_status=has_status,
         default_status=default_status,
+        body_of=_tuple_getter(tuple(body)),
     )
 
 
+def _tuple_getter(names: tuple[str, ...]) -> Callable[[Object], tuple[Any, ...]]:
+    """``operator.attrgetter`` of ``names`` that always gives a tuple (also of one or none)."""
+    if not names:
+        return lambda obj: ()
+    if len(names) == 1:
+        get_one = operator.attrgetter(names[0])
+        return lambda obj: (get_one(obj),)
+    return cast("Callable[[Object], tuple[Any, ...]]", operator.attrgetter(*names))
+
+
 def body_changed(shape: Shape, old: Object, new: Object) -> bool:
-    return any(getattr(old, name) != getattr(new, name) for name in shape.body)
+    body_of = shape.body_of
+    return body_of(old) != body_of(new)
 
 
 def whole_seconds(moment: datetime) -> datetime:

@@ -58,7 +58,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Final, TypeAlias
 
 import msgspec
 
@@ -88,6 +88,7 @@ __all__ = [
     "MigrationController",
     "MigrationControllerArgs",
     "MigrationNamespaces",
+    "NotReady",
     "ObjectLimiter",
     "PriorityThreshold",
     "Refusal",
@@ -405,6 +406,8 @@ def direct_nodes(
 
 
 _NONE: Final[frozenset[tuple[str, str]]] = frozenset()
+#: A workload's pod list and the keys of those of its pods that are not Ready.
+NotReady: TypeAlias = tuple[Sequence[Pod], frozenset[tuple[str, str]]]
 
 
 def _key(pod: Pod) -> tuple[str, str]:
@@ -424,7 +427,10 @@ class CycleLedger:
         migrations: Iterable[ActiveMigration] = (),
         workload_pods: Mapping[str, Sequence[Pod]] | None = None,
         priority_classes: Mapping[str, int] | None = None,
+        not_ready_before: Mapping[str, NotReady] | None = None,
     ) -> None:
+        """``not_ready_before``: :meth:`not_ready_asked` of the cycle before, taken again for
+        a workload whose pod list is the same object (its pods are then the same)."""
         self.now = now
         self.max_per_node = max_per_node
         self.max_per_namespace = max_per_namespace
@@ -450,7 +456,8 @@ class CycleLedger:
         self.migrating_per_namespace: Counter[str] = Counter()
         self.migrating_per_workload: dict[str, set[tuple[str, str]]] = {}
         self._used: dict[str, dict[str, int]] = {}
-        self._not_ready: dict[str, frozenset[tuple[str, str]]] = {}
+        self._not_ready: dict[str, NotReady] = {}
+        self._not_ready_before: Mapping[str, NotReady] = not_ready_before or {}
         for migration in migrations:
             self._migrating(migration.namespace, migration.name, migration.node, migration.workload)
 
@@ -467,19 +474,31 @@ class CycleLedger:
     def not_ready(self, workload: str) -> frozenset[tuple[str, str]]:
         """The workload's pods that are not Ready (computed once per cycle)."""
         found = self._not_ready.get(workload)
-        if found is None:
-            keys: list[tuple[str, str]] = []
-            for pod in self.workload_pods.get(workload, ()):
-                # Ready: its Ready condition is True (inlined: every pod of the workload is read)
-                for condition in pod.status.conditions:
-                    if condition.type == "Ready":
-                        if condition.status != "True":
-                            keys.append(_key(pod))
-                        break
-                else:
-                    keys.append(_key(pod))
-            found = self._not_ready[workload] = frozenset(keys) if keys else _NONE
-        return found
+        if found is not None:
+            return found[1]
+        pods = self.workload_pods.get(workload, ())
+        last = self._not_ready_before.get(workload)
+        if last is not None and last[0] is pods:
+            self._not_ready[workload] = last
+            return last[1]
+        keys: list[tuple[str, str]] = []
+        for pod in pods:
+            # Ready: its Ready condition is True (inlined: every pod of the workload is read)
+            for condition in pod.status.conditions:
+                if condition.type == "Ready":
+                    if condition.status != "True":
+                        keys.append(_key(pod))
+                    break
+            else:
+                keys.append(_key(pod))
+        keys_found = frozenset(keys) if keys else _NONE
+        self._not_ready[workload] = (pods, keys_found)
+        return keys_found
+
+    def not_ready_asked(self) -> dict[str, NotReady]:
+        """What :meth:`not_ready` gave this cycle, with each workload's pod list: the next
+        cycle's ``not_ready_before``."""
+        return dict(self._not_ready)
 
     @property
     def intents(self) -> list[EvictionIntent]:

@@ -82,6 +82,7 @@ from controller.descheduler.evictor import (
     CycleLedger,
     MigrationController,
     MigrationControllerArgs,
+    NotReady,
     TokenBucket,
     controller_uid,
     direct_nodes,
@@ -195,6 +196,8 @@ class DeschedulerLoop:
         self._by_node: Mapping[str, Sequence[Pod]] = {}
         #: The pods' requests the last cycle worked out (CycleView.requests_before)
         self._requests: dict[int, tuple[Pod, dict[str, int]]] = {}
+        #: The workloads' not-Ready pods the last cycle worked out (CycleLedger)
+        self._not_ready: dict[str, NotReady] = {}
 
     @property
     def eviction_buckets(self) -> EvictionBuckets | None:
@@ -366,6 +369,7 @@ class DeschedulerLoop:
                 for pc in snapshot.objects(registry.for_type(PriorityClass))
                 if isinstance(pc, PriorityClass)
             },
+            not_ready_before=self._not_ready,
         )
         node_metrics = {
             m.metadata.name: m
@@ -418,6 +422,7 @@ class DeschedulerLoop:
         for _, view, _ in runs:
             carried.update(view.requests_asked())
         self._requests = carried
+        self._not_ready = ledger.not_ready_asked()
         self._write(ctx, snapshot, ledger, dry_run=config.dry_run)
         elapsed = self._timer() - started
         if self._metrics is not None:

@@ -247,6 +247,12 @@ def _constraints(pod: Pod) -> _Constraints:
     return tuple(sorted(spec.node_selector.items())), required, spec.tolerations
 
 
+#: A first fit's memo key: a need (its items) and constraints.
+_FitKey: TypeAlias = tuple[tuple[tuple[str, int], ...], _Constraints]
+#: Nothing held on a target (shared: never modified).
+_NOTHING: Final[Mapping[str, int]] = {}
+
+
 def _requestless_pod(constraints: _Constraints) -> Pod:
     """A pod with these constraints and no request (node fit of everything but capacity)."""
     selector, required, tolerations = constraints
@@ -332,9 +338,14 @@ class _Targets:
         self._static: dict[tuple[_Constraints, int], bool] = {}
         #: The first fit last found for a need and constraints (no target before it has
         #: room for them while nothing is given back).
-        self._memo: dict[tuple[tuple[tuple[str, int], ...], _Constraints], int | None] = {}
+        self._memo: dict[_FitKey, int | None] = {}
         #: Each target's allocatable cpu, memory and pods, once a search reached it.
         self._caps: list[tuple[int, int, int] | None] = [None] * len(self.nodes)
+        #: Each target's allocatable, once a full check reached it.
+        self._allocatable: list[Mapping[str, int] | None] = [None] * len(self.nodes)
+        #: Pod identity -> its need, constraints and the key of both (the ledger's pods live
+        #: as long as the call).
+        self._asked: dict[int, tuple[dict[str, int], _Constraints, _FitKey]] = {}
         #: The ledger's load of each node, once a search reached it.
         self._loads: list[dict[str, int] | None] = [None] * len(self.nodes)
         self._held: dict[int, dict[str, int]] = {}
@@ -402,7 +413,7 @@ class _Targets:
         return found
 
     def _fits(self, pod: Pod, need: Mapping[str, int], constraints: _Constraints, i: int) -> bool:
-        held = self._held.get(i, {})
+        held = self._held.get(i, _NOTHING)
         if not self._node_fit:
             cpu, memory, pods = self._remaining(i)
             return (
@@ -412,7 +423,9 @@ class _Targets:
             )
         if not self._static_fit(constraints, i):
             return False
-        allocatable = self.nodes[i].allocatable
+        allocatable = self._allocatable[i]
+        if allocatable is None:
+            allocatable = self._allocatable[i] = self.nodes[i].allocatable.amounts
         load = self._load(i)
         for name, amount in need.items():
             if amount <= 0:
@@ -430,9 +443,12 @@ class _Targets:
         """Index of the first target with room for ``pod`` (None when there is none)."""
         if not self.nodes:
             return None
-        need = self._ledger.need(pod)
-        constraints = _constraints(pod)
-        key = (tuple(need.items()), constraints)
+        asked = self._asked.get(id(pod))
+        if asked is None:
+            need = self._ledger.need(pod)
+            constraints = _constraints(pod)
+            asked = self._asked[id(pod)] = (need, constraints, (tuple(need.items()), constraints))
+        need, constraints, key = asked
         start = 0
         if key in self._memo:
             last = self._memo[key]

@@ -717,3 +717,18 @@ def test_evict_checks_the_filter_again_after_an_admission_since_it_was_asked() -
     assert subject.evict(pods[0], plugin="T", reason="r")
     assert not subject.evict(pods[1], plugin="T", reason="r")
     assert "1 pods of node node-a are migrating" in subject.refusal(pods[1])
+
+
+def test_not_ready_pods_are_carried_while_the_workload_pod_list_is_the_same() -> None:
+    ready = siblings(3)
+    first = CycleLedger(now=T0, workload_pods={"w": ready})
+    assert first.not_ready("w") == frozenset()
+    carried = first.not_ready_asked()
+    # the same list in the next cycle: the same answer, not worked out again
+    same = CycleLedger(now=T0, workload_pods={"w": ready}, not_ready_before=carried)
+    assert same.not_ready("w") is carried["w"][1]
+    # web-rs-2 lost its Ready condition: a new pod object in a new list
+    changed = [*ready[:1], *siblings(3, ready=False)[1:2], *ready[2:]]
+    later = CycleLedger(now=T0, workload_pods={"w": changed}, not_ready_before=carried)
+    assert later.not_ready("w") == {("default", "web-rs-2")}
+    assert later.not_ready_asked()["w"][0] is changed
