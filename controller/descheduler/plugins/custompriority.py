@@ -324,7 +324,9 @@ class _Targets:
 
     A drain first *holds* capacity for its pods: held capacity counts in the full check but
     leaves the tree alone (the tree then over-states what remains, which only prunes less), so
-    giving it back is free; what is evicted is promised for good.
+    giving it back is free; what is evicted is promised for good. A promise, too, reaches the
+    tree only when a search finds the target without room for a pod (a promise that gives
+    room back, with a negative amount, at once).
 
     A node's load is summed only when a search first reaches it: until then its leaves hold
     no bound (infinity), which, like held capacity, only prunes less. First fit fills the
@@ -343,9 +345,6 @@ class _Targets:
         self._caps: list[tuple[int, int, int] | None] = [None] * len(self.nodes)
         #: Each target's allocatable, once a full check reached it.
         self._allocatable: list[Mapping[str, int] | None] = [None] * len(self.nodes)
-        #: Pod identity -> its need, constraints and the key of both (the ledger's pods live
-        #: as long as the call).
-        self._asked: dict[int, tuple[dict[str, int], _Constraints, _FitKey]] = {}
         #: The ledger's load of each node, once a search reached it.
         self._loads: list[dict[str, int] | None] = [None] * len(self.nodes)
         self._held: dict[int, dict[str, int]] = {}
@@ -443,12 +442,9 @@ class _Targets:
         """Index of the first target with room for ``pod`` (None when there is none)."""
         if not self.nodes:
             return None
-        asked = self._asked.get(id(pod))
-        if asked is None:
-            need = self._ledger.need(pod)
-            constraints = _constraints(pod)
-            asked = self._asked[id(pod)] = (need, constraints, (tuple(need.items()), constraints))
-        need, constraints, key = asked
+        need = self._ledger.need(pod)
+        constraints = _constraints(pod)
+        key = (tuple(need.items()), constraints)
         start = 0
         if key in self._memo:
             last = self._memo[key]
@@ -482,8 +478,10 @@ class _Targets:
                     later.append((2 * v + 1, lo + span, span))
                     v *= 2
                     continue
-                if lo < count and self._fits(pod, need, constraints, lo):
-                    return lo
+                if lo < count:
+                    if self._fits(pod, need, constraints, lo):
+                        return lo
+                    self._refresh(lo)  # what was promised to it, off the tree now
             if not later:
                 return None
             v, lo, span = later.pop()
@@ -507,14 +505,16 @@ class _Targets:
         if held:
             self._add(self._held[i], need, -1)
         self._ledger.promise(self.nodes[i].metadata.name, need)
-        self._refresh(i)
-        self._gave_back(need)
+        if self._gave_back(need):
+            self._refresh(i)
 
-    def _gave_back(self, need: Mapping[str, int]) -> None:
-        """``need`` was booked on a target: forget every first fit when some amount of it is
-        negative (that gives room back)."""
+    def _gave_back(self, need: Mapping[str, int]) -> bool:
+        """Whether ``need``, booked on a target, gives room back (some amount of it is
+        negative): then every first fit is forgotten."""
         if any(amount < 0 for amount in need.values()):
             self._memo.clear()
+            return True
+        return False
 
     @staticmethod
     def _add(into: dict[str, int], need: Mapping[str, int], sign: int) -> None:
