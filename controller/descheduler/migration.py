@@ -8,7 +8,10 @@ A PodMigrationJob (PMJ) names one pod (``spec.podRef``) to move. Each pass looks
    one with ``spec.paused`` (its timeout does not run either).
 3. **Timeout.** Past ``creationTimestamp + ttl`` (``spec.ttl``, else 5 minutes; ``0s``: never)
    a PMJ is ``Aborted``, reason ``Timeout``, and its reservation deleted.
-4. **Arbitration.** ``Pending`` PMJs are taken oldest first (creation time, then name). A PMJ
+4. **Arbitration.** ``Pending`` PMJs are taken in the order of :func:`arbitration_order`:
+   those of workloads with fewer migrating pods first; within that, the PMJs of one workload
+   together; then the least important pod first (:mod:`~controller.descheduler.podsort`);
+   then the oldest (creation time, then name). A PMJ
    whose pod is gone (or has another uid than ``podRef.uid``) is ``Failed``, reason
    ``MissingPod``. The others become ``Running`` (``podRef.uid`` filled in) while the limits
    hold, counted over the ``Running`` PMJs and those admitted before it in the same pass:
@@ -82,8 +85,7 @@ schedulers outside ``schedulerNames``) take their tokens from the same ``evictQP
 when the two loops share one (:class:`~.migrationrates.EvictionBuckets`, linked by
 :func:`controller.loops.build_loops`) and their args give the same rate.
 
-Not done (yet): ``reservationOptions.template`` and preemption options, and the pod-importance
-order of arbitration.
+Not done (yet): ``reservationOptions.template`` and preemption options.
 
 :func:`arbitrate` and :func:`advance` are pure but for the tokens they take from the loop's
 buckets (:class:`~.migrationrates.MigrationRates`, passed in; without it no rate applies);
@@ -150,6 +152,7 @@ from controller.descheduler.migrationrates import (
     ObjectRate,
     object_rates,
 )
+from controller.descheduler.podsort import SortKey, sort_key
 from controller.errors import AlreadyExists, NotFound, StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.mutations import whole_seconds
@@ -179,6 +182,7 @@ __all__ = [
     "World",
     "advance",
     "arbitrate",
+    "arbitration_order",
     "reservation_for",
     "reservation_name",
     "workload_limit",
@@ -525,6 +529,10 @@ class _Counts:
             self.workloads.setdefault(owner, set()).add(pod.metadata.uid)
 
 
+#: The importance of a PMJ's pod that is gone (below every pod's).
+_NO_POD: Final[SortKey] = (0, 0, 0, 0, 0, 0)
+
+
 def _over(count: int, limit: int | None) -> bool:
     return bool(limit) and limit is not None and count + 1 > limit
 
@@ -553,6 +561,48 @@ def _refusal(pod: Pod, namespace: str, counts: _Counts, world: World, limits: Li
     return ""
 
 
+def arbitration_order(
+    jobs: Sequence[PodMigrationJob],
+    world: World,
+    migrating: Mapping[str, int],
+    now: datetime,
+) -> list[PodMigrationJob]:
+    """``jobs`` in the order arbitration takes them, as four sorts applied in turn, each
+    keeping the order of what it finds equal (so the last is the first key):
+
+    1. oldest first (creation time, then name);
+    2. the least important pod first (:func:`~controller.descheduler.podsort.sort_key`; a PMJ
+       whose pod is gone counts as least important: it only fails);
+    3. the PMJs of one workload (the pod's controller) together, where its first one stood
+       (a pod without a controller is a workload of its own);
+    4. workloads with fewer migrating pods (``migrating``: controller uid -> count) first.
+    """
+    pods = {job.metadata.name: world.pod_of(job) for job in jobs}
+
+    def importance(job: PodMigrationJob) -> tuple[int, SortKey]:
+        pod = pods[job.metadata.name]
+        return (0, _NO_POD) if pod is None else (1, sort_key(pod))
+
+    ordered = sorted(jobs, key=lambda j: (_created(j, now), j.metadata.name))
+    ordered.sort(key=importance)
+    owners: dict[str, str] = {}
+    first: dict[str, int] = {}
+    for place, job in enumerate(ordered):
+        pod = pods[job.metadata.name]
+        owner = (_controller_of(pod) if pod is not None else "") or f"job/{job.metadata.name}"
+        owners[job.metadata.name] = owner
+        first.setdefault(owner, place)
+    places = {job.metadata.name: place for place, job in enumerate(ordered)}
+    return sorted(
+        ordered,
+        key=lambda j: (
+            migrating.get(owners[j.metadata.name], 0),
+            first[owners[j.metadata.name]],
+            places[j.metadata.name],
+        ),
+    )
+
+
 def arbitrate(
     jobs: Sequence[PodMigrationJob],
     world: World,
@@ -567,9 +617,11 @@ def arbitrate(
     for job in jobs:
         if job.status.phase == RUNNING:
             counts.add(_pod_key(job)[0], world.pod_of(job))
-    pending = sorted(
-        (j for j in jobs if (j.status.phase or PENDING) == PENDING and not j.spec.paused),
-        key=lambda j: (_created(j, now), j.metadata.name),
+    pending = arbitration_order(
+        [j for j in jobs if (j.status.phase or PENDING) == PENDING and not j.spec.paused],
+        world,
+        {owner: len(uids) for owner, uids in counts.workloads.items()},
+        now,
     )
     admitted: list[PodMigrationJob] = []
     missing: list[PodMigrationJob] = []

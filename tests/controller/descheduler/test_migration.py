@@ -64,6 +64,7 @@ from controller.descheduler.migration import (
     MigrationController,
     World,
     arbitrate,
+    arbitration_order,
     reservation_for,
     workload_limit,
 )
@@ -649,6 +650,50 @@ def test_arbitration_limits(
         j.spec.pod_ref.uid == by_name[j.spec.pod_ref.name].metadata.uid for j in result.admitted
     )
     assert dict(result.waiting) == waiting
+
+
+def test_arbitration_order_puts_fewer_migrating_then_workloads_then_importance_then_age() -> None:
+    def one(name: str, owner: str, priority: int) -> Pod:
+        return ready(make_pod(name, node="a", owner=replicaset(owner), priority=priority))
+
+    # web-old is the oldest job but its pod is the most important; api-low the least.
+    pods = [
+        one("web-old", "web", 5000),
+        one("api-low", "api", 0),
+        one("web-low", "web", 0),
+        one("api-mid", "api", 100),
+        one("db-0", "db", 0),
+    ]
+    by_name = {p.metadata.name: p for p in pods}
+    created = {"web-old": 0, "api-low": 5, "web-low": 3, "api-mid": 1, "db-0": 9}
+    jobs = [
+        pmj(name, by_name[name], created=T0 + timedelta(seconds=created[name]))
+        for name in ("db-0", "web-low", "api-mid", "api-low", "web-old")
+    ]
+    gone = pmj("gone", make_pod("gone", node="a"), created=T0 + timedelta(seconds=7))
+    world = World.of(pods, ())
+
+    def order(migrating: dict[str, int]) -> list[str]:
+        return [j.metadata.name for j in arbitration_order([*jobs, gone], world, migrating, T0)]
+
+    # by importance: web-low (3 s), api-low (5 s), db-0 (9 s), api-mid, web-old; then each
+    # workload together where its first job stood; a job without its pod first (it only fails)
+    assert order({}) == ["gone", "web-low", "web-old", "api-low", "api-mid", "db-0"]
+    # web has a pod migrating already: its jobs go after the others
+    web = replicaset("web").uid
+    assert order({web: 1}) == ["gone", "api-low", "api-mid", "db-0", "web-low", "web-old"]
+    # arbitration takes them in that order: one slot globally goes to web-low (the least
+    # important pod of the first workload), not to web-old (the oldest job)
+    result = arbitrate(jobs, world, Limits(max_migrating_globally=1), T0)
+    assert [j.metadata.name for j in result.admitted] == ["web-low"]
+    running = pmj("web-moving", one("web-moving", "web", 0), phase=RUNNING)
+    result = arbitrate(
+        [*jobs, running],
+        World.of([*pods, one("web-moving", "web", 0)], ()),
+        Limits(max_migrating_globally=2, max_migrating_per_node=None),
+        T0,
+    )
+    assert [j.metadata.name for j in result.admitted] == ["api-low"]
 
 
 def test_an_unready_sibling_counts_as_unavailable() -> None:
