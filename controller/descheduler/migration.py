@@ -39,7 +39,10 @@ A PodMigrationJob (PMJ) names one pod (``spec.podRef``) to move. Each pass looks
       the PMJ's TTL, label ``scheduling.koordinator.sh/reservation-order=<unix ms>``;
       ``spec.reservationOptions.reservationRef`` points at it; condition
       ``ReservationCreated`` (a refused creation: ``Failed``, reason
-      ``FailedCreateReservation``). A reservation named in ``reservationRef`` beforehand is
+      ``FailedCreateReservation``). A PMJ with ``reservationOptions.template`` gets that
+      reservation instead: its labels, annotations and spec, kept off the pod's node the same
+      way, with the owners, TTL and ``allocateOnce`` above where the template leaves them
+      unset. A reservation named in ``reservationRef`` beforehand is
       used instead of creating one (``MissingReservation`` when there is none). A pod without
       ``priority`` gives the template priority 0, as an API server would have admitted it (a
       reservation of no priority is placed with the highest);
@@ -85,7 +88,8 @@ schedulers outside ``schedulerNames``) take their tokens from the same ``evictQP
 when the two loops share one (:class:`~.migrationrates.EvictionBuckets`, linked by
 :func:`controller.loops.build_loops`) and their args give the same rate.
 
-Not done (yet): ``reservationOptions.template`` and preemption options.
+``reservationOptions.preemptionOptions`` is kept as written and not acted on: a reservation
+preempts as the scheduler's reservation preemption (``enablePreemption``) decides.
 
 :func:`arbitrate` and :func:`advance` are pure but for the tokens they take from the loop's
 buckets (:class:`~.migrationrates.MigrationRates`, passed in; without it no rate applies);
@@ -114,6 +118,7 @@ from apis.core import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
     Pod,
+    PodSpec,
     PodTemplateSpec,
 )
 from apis.duration import Duration
@@ -127,6 +132,7 @@ from apis.scheduling import (
     ReservationControllerReference,
     ReservationOwner,
     ReservationSpec,
+    ReservationTemplateSpec,
 )
 from controller.descheduler.config import (
     MIGRATION_CONTROLLER,
@@ -744,51 +750,12 @@ class Step:
 
 
 def reservation_for(job: PodMigrationJob, pod: Pod, ttl: timedelta, now: datetime) -> Reservation:
-    """The Reservation a ReservationFirst PMJ creates for ``pod`` (module docstring, 5a)."""
+    """The Reservation a ReservationFirst PMJ creates for ``pod`` (module docstring, 5a): from
+    ``spec.reservationOptions.template`` when the PMJ gives one, else from the pod."""
+    options = job.spec.reservation_options
+    if options is not None and options.template is not None:
+        return _from_template(job, options.template, pod, ttl, now)
     meta = pod.metadata
-    node = pod.spec.node_name
-    away = NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=(node,))
-    affinity = pod.spec.affinity or Affinity()
-    node_affinity = affinity.node_affinity or NodeAffinity()
-    if node:
-        required = node_affinity.required_during_scheduling_ignored_during_execution
-        terms = required.node_selector_terms if required is not None else ()
-        terms = tuple(_replace(t, match_fields=(*t.match_fields, away)) for t in terms) or (
-            NodeSelectorTerm(match_fields=(away,)),
-        )
-        node_affinity = _replace(
-            node_affinity,
-            required_during_scheduling_ignored_during_execution=NodeSelector(
-                node_selector_terms=terms
-            ),
-        )
-        affinity = _replace(affinity, node_affinity=node_affinity)
-    spec = _replace(
-        pod.spec,
-        node_name="",
-        affinity=affinity,
-        scheduling_gates=(),
-        # As an API server admits a pod: no priority is 0 (a template without one would make
-        # the reservation unpreemptible and let it preempt everything, §1.3).
-        priority=pod.spec.priority if pod.spec.priority is not None else 0,
-    )
-    controller = next((r for r in meta.owner_references if r.controller), None)
-    owner = (
-        ReservationOwner(
-            controller=ReservationControllerReference(
-                api_version=controller.api_version,
-                kind=controller.kind,
-                name=controller.name,
-                uid=controller.uid,
-                controller=True,
-                namespace=meta.namespace,
-            )
-        )
-        if controller is not None
-        else ReservationOwner(
-            object=ObjectReference(namespace=meta.namespace, name=meta.name, uid=meta.uid)
-        )
-    )
     return Reservation(
         metadata=ObjectMeta(
             name=reservation_name(job),
@@ -805,12 +772,101 @@ def reservation_for(job: PodMigrationJob, pod: Pod, ttl: timedelta, now: datetim
                         if k_ not in _DROPPED_ANNOTATIONS
                     },
                 ),
-                spec=spec,
+                spec=_away_from(pod.spec, pod.spec.node_name),
             ),
-            owners=(owner,),
+            owners=(_owner_of(pod),),
             ttl=Duration.from_seconds(ttl.total_seconds()),
             allocate_once=True,
         ),
+    )
+
+
+def _from_template(
+    job: PodMigrationJob,
+    template: ReservationTemplateSpec,
+    pod: Pod,
+    ttl: timedelta,
+    now: datetime,
+) -> Reservation:
+    """The reservation of ``template``: its labels, annotations and spec, under the PMJ's
+    reservation name, with the order label, kept off the pod's node as one made from the pod
+    is; what the template leaves unset is what one made from the pod has (owners: the pod's
+    controller; the PMJ's TTL; ``allocateOnce``; the template pod's namespace)."""
+    spec = template.spec
+    pod_template = spec.template
+    template_meta = pod_template.metadata
+    return Reservation(
+        metadata=ObjectMeta(
+            name=reservation_name(job),
+            labels={
+                **template.metadata.labels,
+                k.LABEL_RESERVATION_ORDER: str(int(now.timestamp() * 1000)),
+            },
+            annotations=dict(template.metadata.annotations),
+        ),
+        spec=_replace(
+            spec,
+            template=_replace(
+                pod_template,
+                metadata=_replace(
+                    template_meta, namespace=template_meta.namespace or pod.metadata.namespace
+                ),
+                spec=_away_from(pod_template.spec, pod.spec.node_name),
+            ),
+            owners=spec.owners or (_owner_of(pod),),
+            ttl=spec.ttl if spec.ttl is not None else Duration.from_seconds(ttl.total_seconds()),
+            allocate_once=True if spec.allocate_once is None else spec.allocate_once,
+        ),
+    )
+
+
+def _away_from(spec: PodSpec, node: str) -> PodSpec:
+    """``spec`` for a reservation: no node, no scheduling gates, a required node anti-affinity
+    to ``node`` in every term (when there is a node), and priority 0 when it has none."""
+    affinity = spec.affinity or Affinity()
+    node_affinity = affinity.node_affinity or NodeAffinity()
+    if node:
+        away = NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=(node,))
+        required = node_affinity.required_during_scheduling_ignored_during_execution
+        terms = required.node_selector_terms if required is not None else ()
+        terms = tuple(_replace(t, match_fields=(*t.match_fields, away)) for t in terms) or (
+            NodeSelectorTerm(match_fields=(away,)),
+        )
+        node_affinity = _replace(
+            node_affinity,
+            required_during_scheduling_ignored_during_execution=NodeSelector(
+                node_selector_terms=terms
+            ),
+        )
+        affinity = _replace(affinity, node_affinity=node_affinity)
+    return _replace(
+        spec,
+        node_name="",
+        affinity=affinity,
+        scheduling_gates=(),
+        # As an API server admits a pod: no priority is 0 (a template without one would make
+        # the reservation unpreemptible and let it preempt everything, §1.3).
+        priority=spec.priority if spec.priority is not None else 0,
+    )
+
+
+def _owner_of(pod: Pod) -> ReservationOwner:
+    """The reservation owner for ``pod``: its controller, else the pod itself."""
+    meta = pod.metadata
+    controller = next((r for r in meta.owner_references if r.controller), None)
+    if controller is None:
+        return ReservationOwner(
+            object=ObjectReference(namespace=meta.namespace, name=meta.name, uid=meta.uid)
+        )
+    return ReservationOwner(
+        controller=ReservationControllerReference(
+            api_version=controller.api_version,
+            kind=controller.kind,
+            name=controller.name,
+            uid=controller.uid,
+            controller=True,
+            namespace=meta.namespace,
+        )
     )
 
 

@@ -840,6 +840,64 @@ def test_the_reservation_made_from_a_pod(owned: bool, shared_dir: Path) -> None:
     assert schema_errors(validator(shared_dir, RESERVATION_KEY), wire(made)) == []
 
 
+def test_the_reservation_made_from_the_jobs_template(shared_dir: Path) -> None:
+    pod = make_pod("web-0", node="node-a", cpu=1000, labels={"app": "web"})
+    options = codec.decode_as(
+        {
+            "template": {
+                "metadata": {"labels": {"team": "a"}, "annotations": {"note": "bigger"}},
+                "spec": {
+                    "template": {
+                        "metadata": {"labels": {"app": "web", "size": "large"}},
+                        "spec": {
+                            "containers": [
+                                {"name": "main", "resources": {"requests": {"cpu": "4"}}}
+                            ],
+                            "nodeSelector": {"pool": "reserved"},
+                        },
+                    },
+                    "owners": [],
+                    "ttl": "2m",
+                },
+            }
+        },
+        PodMigrationReservationOptions,
+    )
+    job = pmj("move", pod)
+    job = replace(job, spec=replace(job.spec, reservation_options=options))
+    made = reservation_for(job, pod, timedelta(minutes=5), T0)
+    assert made.metadata.name == "uid-move"
+    assert made.metadata.labels == {
+        "team": "a",
+        k.LABEL_RESERVATION_ORDER: str(int(T0.timestamp() * 1000)),
+    }
+    assert made.metadata.annotations == {"note": "bigger"}
+    spec = made.spec
+    # the template's: its pod, its TTL; filled in: owners (the pod's controller), allocateOnce
+    assert spec.ttl == Duration.parse("2m")
+    assert spec.allocate_once is True
+    [owner] = spec.owners
+    assert owner.controller is not None
+    assert owner.controller.uid == "uid-web-rs"
+    template = spec.template
+    assert template.metadata.namespace == "default"
+    assert template.metadata.labels == {"app": "web", "size": "large"}
+    assert template.spec.node_selector == {"pool": "reserved"}
+    assert template.spec.containers[0].resources.requests.amounts == {"cpu": 4000}
+    assert template.spec.priority == 0
+    # still kept off the pod's node
+    assert template.spec.affinity is not None
+    assert template.spec.affinity.node_affinity is not None
+    required = (
+        template.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+    )
+    assert required is not None
+    assert [t.match_fields for t in required.node_selector_terms] == [
+        (NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=("node-a",)),)
+    ]
+    assert schema_errors(validator(shared_dir, RESERVATION_KEY), wire(made)) == []
+
+
 # --- property: arbitration never goes past a limit ------------------------------------------------
 
 _NODES = ("a", "b", "c")
