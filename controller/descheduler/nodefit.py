@@ -19,7 +19,7 @@ from apis.core import Node, Pod, pod_requests
 from controller.scheduler.plugins.nodeaffinity import selector_matches
 from controller.scheduler.plugins.tainttoleration import tolerated
 
-__all__ = ["PODS", "fits", "request_of", "requested", "why_not"]
+__all__ = ["PODS", "asks_less_than_nothing", "fits", "request_of", "requested", "why_not"]
 
 PODS = "pods"
 _HARD_EFFECTS = ("NoSchedule", "NoExecute")
@@ -51,6 +51,26 @@ def request_of(pod: Pod) -> dict[str, int]:
         for name in requests:
             total[name] = total.get(name, 0) + requests[name]
     return dict(sorted(total.items()))
+
+
+def asks_less_than_nothing(pod: Pod) -> bool:
+    """Whether some amount ``pod`` requests or limits (a container's, an init container's,
+    its overhead or its pod-level resources) is negative: only then can its effective request
+    (:func:`request_of`, sums and peaks of these) have a negative amount."""
+    spec = pod.spec
+    if min(spec.overhead.amounts.values(), default=0) < 0:
+        return True
+    for resources in (
+        spec.resources,
+        *(c.resources for c in spec.containers),
+        *(c.resources for c in spec.init_containers),
+    ):
+        if (
+            min(resources.requests.amounts.values(), default=0) < 0
+            or min(resources.limits.amounts.values(), default=0) < 0
+        ):
+            return True
+    return False
 
 
 def requested(

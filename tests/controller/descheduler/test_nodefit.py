@@ -90,6 +90,40 @@ def test_request_of_matches_pod_requests_for_any_containers(
     assert nodefit.request_of(pod) == dict(pod_requests(pod))
 
 
+@given(
+    st.lists(st.tuples(AMOUNTS, AMOUNTS), max_size=3),
+    st.lists(st.tuples(AMOUNTS, AMOUNTS), max_size=2),
+    AMOUNTS,
+    st.tuples(AMOUNTS, AMOUNTS),
+)
+def test_a_negative_effective_request_is_never_missed(
+    containers: list[tuple[dict[str, int], dict[str, int]]],
+    init: list[tuple[dict[str, int], dict[str, int]]],
+    overhead: dict[str, int],
+    pod_level: tuple[dict[str, int], dict[str, int]],
+) -> None:
+    # asks_less_than_nothing is False only for pods whose every given amount is >= 0, and
+    # then the effective request has no negative amount
+    pod = _with(
+        BASE,
+        containers=tuple(_container(f"c{i}", r, lim) for i, (r, lim) in enumerate(containers)),
+        init_containers=tuple(_container(f"i{i}", r, lim) for i, (r, lim) in enumerate(init)),
+        overhead=ResourceList(overhead),
+        resources=ResourceRequirements(
+            requests=ResourceList(pod_level[0]), limits=ResourceList(pod_level[1])
+        ),
+    )
+    given_amounts = [
+        *overhead.values(),
+        *pod_level[0].values(),
+        *pod_level[1].values(),
+        *(v for r, lim in (*containers, *init) for v in (*r.values(), *lim.values())),
+    ]
+    assert nodefit.asks_less_than_nothing(pod) == any(v < 0 for v in given_amounts)
+    if not nodefit.asks_less_than_nothing(pod):
+        assert all(v >= 0 for v in nodefit.request_of(pod).values())
+
+
 def test_request_of_returns_a_new_dict() -> None:
     first = nodefit.request_of(BASE)
     first["cpu"] = 0

@@ -475,11 +475,10 @@ class LowNodeLoad:
         # The node's smallest usages bound every candidate's: look at each pod's only when
         # some pod of the node uses less than nothing.
         usage_may_shrink = any(source.smallest.get(r, 0) < 0 for r in resources)
-        request_of = cycle.view.request_of
         for pod, _, amounts in candidates:
             if usage_may_shrink and any(amounts.get(r, 0) < 0 for r in resources):
                 return False
-            if any(amount < 0 for amount in request_of(pod).values()):
+            if nodefit.asks_less_than_nothing(pod):
                 return False
         return True
 
