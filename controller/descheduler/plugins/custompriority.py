@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
@@ -549,12 +550,29 @@ class CustomPriority:
         #: which reuses them while the node's pod list is the same object (immutable; a node
         #: whose pods changed gets a new list).
         self._orders: dict[str, tuple[Sequence[Pod], list[Pod]]] = {}
+        #: The view's nodes in the last call and their tiers: kept while the nodes are the
+        #: same objects in the same order (a node's labels are part of the object).
+        self._tiered: tuple[tuple[Node, ...], tuple[Tier, ...]] | None = None
+
+    def _tiers_of(self, nodes: Sequence[Node]) -> tuple[Tier, ...]:
+        """The tiers of the nodes the plugin's node selector picks (the last call's while the
+        nodes are the same)."""
+        last = self._tiered
+        if (
+            last is not None
+            and len(last[0]) == len(nodes)
+            and all(map(operator.is_, last[0], nodes))
+        ):
+            return last[1]
+        picked = [n for n in nodes if self._node_selector.matches(n.metadata.labels)]
+        tiers = assign_tiers(picked, self._tiers)
+        self._tiered = (tuple(nodes), tiers)
+        return tiers
 
     def balance(self, view: CycleView, evictor: Evictor) -> Status:
         if self.args.paused:
             return Status()
-        nodes = [n for n in view.nodes if self._node_selector.matches(n.metadata.labels)]
-        tiers = assign_tiers(nodes, self._tiers)
+        tiers = self._tiers_of(view.nodes)
         if len(tiers) < 2:
             log.debug("%s: %d tier(s) with nodes, nothing to balance", self.name, len(tiers))
             return Status()

@@ -978,3 +978,21 @@ def test_a_source_candidates_are_ordered_again_when_its_pod_list_changes() -> No
     taken = EvictionIntent(pod=second[1], node="od1", plugin="LowNodeLoad", reason="earlier")
     assert one_eviction(second, earlier=[taken]) == ["a"]
     assert one_eviction(first) == ["b"]
+
+
+def test_tiers_are_assigned_again_when_a_node_changes() -> None:
+    plugin = CustomPriority(make_args())
+    source = node("n1", OD)
+    target = node("n2", RS)
+    pods = [pod("a", "n1"), pod("b", "n2")]
+
+    def moved(nodes: Sequence[Node]) -> list[str]:
+        evictor = FakeEvictor()
+        assert plugin.balance(make_view(nodes, pods), evictor) == Status()
+        return evicted(evictor)
+
+    assert moved([source, target]) == ["a"]
+    assert moved([source, target]) == ["a"]  # the same nodes: the same tiers
+    # relabelled: n1 is reserved now and n2 on-demand, so b moves instead
+    assert moved([node("n1", RS), node("n2", OD)]) == ["b"]
+    assert moved([source, target]) == ["a"]

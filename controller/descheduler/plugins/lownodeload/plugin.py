@@ -40,6 +40,7 @@ prod pass).
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -83,9 +84,9 @@ class _Current(dict[str, dict[str, int]]):
     """Node name -> its usage (or prod usage) now: a copy of the measured one, made when the
     node is first looked at (most nodes of a large pool never are)."""
 
-    def __init__(self, usages: Sequence[NodeUsage], *, prod: bool) -> None:
+    def __init__(self, measured: Mapping[str, Mapping[str, int]]) -> None:
         super().__init__()
-        self._measured = {u.name: u.prod_usage if prod else u.usage for u in usages}
+        self._measured = measured
 
     def __missing__(self, name: str) -> dict[str, int]:
         found = self[name] = dict(self._measured[name])
@@ -105,6 +106,20 @@ class _Measured:
     usage: NodeUsage | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Classified:
+    """A pool's nodes as one call classified them, from their usages (the objects)."""
+
+    usages: tuple[NodeUsage, ...]
+    levels: Mapping[str, Levels]
+    prod_levels: Mapping[str, Levels] | None
+    classes: Classes
+    #: Node name -> its usage object, its measured usage, its measured prod usage.
+    by_name: Mapping[str, NodeUsage]
+    usage: Mapping[str, Mapping[str, int]]
+    prod_usage: Mapping[str, Mapping[str, int]]
+
+
 @dataclass(slots=True)
 class _Cycle:
     """What one pool's passes share (runtime only)."""
@@ -113,7 +128,7 @@ class _Cycle:
     evictor: Evictor
     pool: Pool
     resources: tuple[str, ...]
-    by_name: dict[str, NodeUsage]
+    by_name: Mapping[str, NodeUsage]
     levels: Mapping[str, Levels]
     prod_levels: Mapping[str, Levels] | None
     #: Pods asked for in this cycle (``(namespace, name)``).
@@ -193,6 +208,10 @@ class LowNodeLoad:
         #: are over the high level
         self._orders: dict[tuple[str, str, bool], _Order] = {}
         self._next_orders: dict[tuple[str, str, bool], _Order] = {}
+        #: pool -> its nodes' levels and classes in the last call: kept while the pool's
+        #: usages are the same objects in the same order (they are worked out from those
+        #: alone; the anomaly marks are not kept: they count calls)
+        self._classified: dict[str, _Classified] = {}
 
     # -- the call --------------------------------------------------------------------------
 
@@ -292,6 +311,38 @@ class LowNodeLoad:
                 self.prod_detectors.mark(key, rule, normal=True, now=now)
         return sources, prod_sources
 
+    def _classify(self, pool: Pool, usages: Sequence[NodeUsage]) -> _Classified:
+        """The levels and classes of the pool's nodes (the last call's while the usages are
+        the same)."""
+        last = self._classified.get(pool.name)
+        if (
+            last is not None
+            and len(last.usages) == len(usages)
+            and all(map(operator.is_, last.usages, usages))
+        ):
+            return last
+        resources = pool.resources
+        deviation = pool.use_deviation_thresholds
+        levels = node_levels(usages, pool.low, pool.high, resources, deviation=deviation)
+        prod_levels = (
+            node_levels(
+                usages, pool.prod_low, pool.prod_high, resources, deviation=deviation, prod=True
+            )
+            if pool.has_prod_thresholds
+            else None
+        )
+        classified = _Classified(
+            usages=tuple(usages),
+            levels=levels,
+            prod_levels=prod_levels,
+            classes=classify(usages, levels, prod_levels),
+            by_name={u.name: u for u in usages},
+            usage={u.name: u.usage for u in usages},
+            prod_usage={u.name: u.prod_usage for u in usages},
+        )
+        self._classified[pool.name] = classified
+        return classified
+
     def _run_pool(
         self,
         pool: Pool,
@@ -303,18 +354,15 @@ class LowNodeLoad:
     ) -> None:
         usages = self._pool_usages(pool, view, done, measured)
         if not usages:
+            self._classified.pop(pool.name, None)
             return
         resources = pool.resources
-        deviation = pool.use_deviation_thresholds
-        levels = node_levels(usages, pool.low, pool.high, resources, deviation=deviation)
-        prod_levels = (
-            node_levels(
-                usages, pool.prod_low, pool.prod_high, resources, deviation=deviation, prod=True
-            )
-            if pool.has_prod_thresholds
-            else None
+        classified = self._classify(pool, usages)
+        levels, prod_levels, classes = (
+            classified.levels,
+            classified.prod_levels,
+            classified.classes,
         )
-        classes = classify(usages, levels, prod_levels)
         done.update(classes.high)
         done.update(classes.prod_high)
         sources, prod_sources = self._mark(pool, usages, classes, view.now)
@@ -340,12 +388,12 @@ class LowNodeLoad:
             evictor=evictor,
             pool=pool,
             resources=resources,
-            by_name={u.name: u for u in usages},
+            by_name=classified.by_name,
             levels=levels,
             prod_levels=prod_levels,
             taken=taken,
-            usage=_Current(usages, prod=False),
-            prod_usage=_Current(usages, prod=True),
+            usage=_Current(classified.usage),
+            prod_usage=_Current(classified.prod_usage),
         )
         if sources:
             self._pass(cycle, sources, (*classes.low, *classes.both_low), prod=False)
