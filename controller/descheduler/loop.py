@@ -41,6 +41,7 @@ The loop also keeps the ``descheduler_pod_migration_jobs`` gauge current on ever
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import gc
@@ -747,15 +748,17 @@ def _by_key(pod: Pod) -> tuple[str, str]:
 def _refiled(
     before: Mapping[str, Sequence[Pod]],
     added: Mapping[str, list[Pod]],
-    gone: set[tuple[str, str]],
+    gone: set[int],
 ) -> dict[str, Sequence[Pod]]:
     """``before`` with the list of each name in ``added`` made again: its pods less those
-    ``gone``, plus those ``added``, in key order (a name left without pods is dropped)."""
+    ``gone`` (by identity: the objects of the view before), plus those ``added``, in key
+    order (a name left without pods is dropped)."""
     filed = dict(before)
     for name, new in added.items():
-        pods = [p for p in before.get(name, ()) if _by_key(p) not in gone] + new
+        pods = [p for p in before.get(name, ()) if id(p) not in gone]
+        for pod in new:
+            bisect.insort(pods, pod, key=_by_key)
         if pods:
-            pods.sort(key=_by_key)
             filed[name] = pods
         else:
             filed.pop(name, None)
@@ -766,13 +769,13 @@ def _regroup(before: _PodGroups, changes: Sequence[Change]) -> _PodGroups:
     """What :func:`_group_pods` gives after ``changes`` (pods before and after), from what it
     gave before them: only the nodes, controllers and schedulers the changed pods were or are
     filed under are worked out again; every other node and controller keeps its list object."""
-    gone: set[tuple[str, str]] = set()
+    gone: set[int] = set()
     nodes: dict[str, list[Pod]] = {}
     workloads: dict[str, list[Pod]] = {}
     schedulers: set[str] = set()
     for old, new in changes:
         if old is not None:
-            gone.add((old.metadata.namespace, old.metadata.name))
+            gone.add(id(old))
         for obj in (old, new):
             placed = _live_placement(obj)
             if placed is None:

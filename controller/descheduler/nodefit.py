@@ -58,19 +58,28 @@ def asks_less_than_nothing(pod: Pod) -> bool:
     its overhead or its pod-level resources) is negative: only then can its effective request
     (:func:`request_of`, sums and peaks of these) have a negative amount."""
     spec = pod.spec
-    if min(spec.overhead.amounts.values(), default=0) < 0:
-        return True
-    for resources in (
-        spec.resources,
-        *(c.resources for c in spec.containers),
-        *(c.resources for c in spec.init_containers),
-    ):
-        if (
-            min(resources.requests.amounts.values(), default=0) < 0
-            or min(resources.limits.amounts.values(), default=0) < 0
-        ):
+    for container in spec.containers:
+        resources = container.resources
+        requests = resources.requests.amounts
+        limits = resources.limits.amounts
+        if (requests and min(requests.values()) < 0) or (limits and min(limits.values()) < 0):
             return True
-    return False
+    pod_level = spec.resources
+    if not (
+        spec.init_containers
+        or spec.overhead.amounts
+        or pod_level.requests.amounts
+        or pod_level.limits.amounts
+    ):
+        return False
+    amounts = [
+        spec.overhead.amounts,
+        pod_level.requests.amounts,
+        pod_level.limits.amounts,
+        *(c.resources.requests.amounts for c in spec.init_containers),
+        *(c.resources.limits.amounts for c in spec.init_containers),
+    ]
+    return any(min(found.values(), default=0) < 0 for found in amounts)
 
 
 def requested(

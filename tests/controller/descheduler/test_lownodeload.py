@@ -861,3 +861,79 @@ def test_a_sources_order_is_kept_while_its_usage_is_the_same_and_taken_pods_are_
     )
     assert evicted(again) == ["p2"]
     assert evicted(view) == ["p1"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cores=st.lists(st.sampled_from([50, 100]), min_size=3, max_size=7),
+    first=st.lists(st.lists(st.integers(1, 30), max_size=5), min_size=7, max_size=7),
+    steps=st.lists(
+        st.lists(
+            st.tuples(st.integers(0, 6), st.lists(st.integers(1, 30), max_size=5)), max_size=3
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    deviation=st.booleans(),
+)
+def test_what_a_call_keeps_never_changes_what_it_decides(
+    cores: list[int],
+    first: list[list[int]],
+    steps: list[list[tuple[int, list[int]]]],
+    deviation: bool,
+) -> None:
+    # One plugin keeps its per-node work between calls; a twin forgets it before each call.
+    # Over views where only some nodes' pods or NodeMetrics are new objects, both decide the
+    # same (and their anomaly detectors see the same calls).
+    thresholds = (
+        {
+            "useDeviationThresholds": True,
+            "lowThresholds": {"cpu": 10},
+            "highThresholds": {"cpu": 10},
+        }
+        if deviation
+        else {}
+    )
+    args = load_args({**AT_ONCE, **thresholds})
+    keeping, forgetting = LowNodeLoad(args), LowNodeLoad(args)
+    names = [f"n{i}" for i in range(len(cores))]
+    nodes = [
+        make_node(name, cpu=c * CORE, memory=MEMORY) for name, c in zip(names, cores, strict=True)
+    ]
+    pods: dict[str, tuple[Pod, ...]] = {}
+    metrics: dict[str, NodeMetric] = {}
+
+    def report(i: int, used: list[int]) -> None:
+        name = names[i]
+        on_node = tuple(
+            make_pod(f"{name}-p{j}-{u}", node=name, cpu=u * CORE, labels=BATCH)
+            for j, u in enumerate(used)
+        )
+        pods[name] = on_node
+        metrics[name] = make_nodemetric(
+            name,
+            at=T0,
+            system_cpu=CORE,
+            pods=[(p, u * CORE, 0) for p, u in zip(on_node, used, strict=True)],
+        )
+
+    for i in range(len(names)):
+        report(i, first[i])
+    for changes in [[], *steps]:
+        for i, used in changes:
+            if i < len(names):
+                report(i, used)
+        view = CycleView(
+            now=T0,
+            nodes=tuple(nodes),
+            pods_by_node=dict(pods),
+            metrics=dict(metrics),
+            all_nodes={n.metadata.name: n for n in nodes},
+        )
+        forgetting._usages, forgetting._orders, forgetting._classified = {}, {}, {}
+        decided = []
+        for plugin in (keeping, forgetting):
+            evictor = FakeEvictor()
+            assert plugin.balance(view, evictor).ok
+            decided.append([(i.pod.metadata.name, i.reason) for i in evictor.intents])
+        assert decided[0] == decided[1]

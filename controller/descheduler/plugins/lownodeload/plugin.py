@@ -114,6 +114,8 @@ class _Classified:
     levels: Mapping[str, Levels]
     prod_levels: Mapping[str, Levels] | None
     classes: Classes
+    #: Node name -> the classes it is in (names of the fields of ``classes``).
+    memberships: Mapping[str, tuple[str, ...]]
     #: Node name -> its usage object, its measured usage, its measured prod usage.
     by_name: Mapping[str, NodeUsage]
     usage: Mapping[str, Mapping[str, int]]
@@ -181,6 +183,27 @@ class _Order:
     #: Whether moving any of them only adds to a target (:meth:`LowNodeLoad._grows_nothing`),
     #: so also for any part of them.
     grows_nothing: bool
+
+
+_CLASS_FIELDS: Final = ("low", "high", "prod_low", "prod_high", "both_low", "under")
+
+
+def _memberships(classes: Classes) -> dict[str, tuple[str, ...]]:
+    """Node name -> the fields of ``classes`` that list it."""
+    found: dict[str, tuple[str, ...]] = {}
+    for field_name in _CLASS_FIELDS:
+        for name in getattr(classes, field_name):
+            found[name] = (*found.get(name, ()), field_name)
+    return found
+
+
+def _classes(usages: Sequence[NodeUsage], memberships: Mapping[str, tuple[str, ...]]) -> Classes:
+    """The classes of ``usages`` (each class in their order) from each node's memberships."""
+    lists: dict[str, list[str]] = {field_name: [] for field_name in _CLASS_FIELDS}
+    for u in usages:
+        for field_name in memberships.get(u.name, ()):
+            lists[field_name].append(u.name)
+    return Classes(**{field_name: tuple(names) for field_name, names in lists.items()})
 
 
 def _is_prod(pod: Pod) -> bool:
@@ -323,19 +346,35 @@ class LowNodeLoad:
             return last
         resources = pool.resources
         deviation = pool.use_deviation_thresholds
-        levels = node_levels(usages, pool.low, pool.high, resources, deviation=deviation)
+        if last is not None and not deviation:
+            # Absolute thresholds: a node's levels and class follow from its own usage alone,
+            # so only the nodes whose usage is a new object are worked out again.
+            fresh = [u for u in usages if last.by_name.get(u.name) is not u]
+        else:
+            fresh = list(usages)
+        levels = node_levels(fresh, pool.low, pool.high, resources, deviation=deviation)
         prod_levels = (
             node_levels(
-                usages, pool.prod_low, pool.prod_high, resources, deviation=deviation, prod=True
+                fresh, pool.prod_low, pool.prod_high, resources, deviation=deviation, prod=True
             )
             if pool.has_prod_thresholds
             else None
         )
+        memberships = _memberships(classify(fresh, levels, prod_levels))
+        if len(fresh) < len(usages) and last is not None:
+            for u in usages:
+                name = u.name
+                if name not in levels:
+                    levels[name] = last.levels[name]
+                    if prod_levels is not None and last.prod_levels is not None:
+                        prod_levels[name] = last.prod_levels[name]
+                    memberships[name] = last.memberships.get(name, ())
         classified = _Classified(
             usages=tuple(usages),
             levels=levels,
             prod_levels=prod_levels,
-            classes=classify(usages, levels, prod_levels),
+            classes=_classes(usages, memberships),
+            memberships=memberships,
             by_name={u.name: u for u in usages},
             usage={u.name: u.usage for u in usages},
             prod_usage={u.name: u.prod_usage for u in usages},
