@@ -17,6 +17,7 @@ its defaults and refusing bad values with an error naming the field and value.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,7 +36,14 @@ __all__ = [
     "EvictionIntent",
     "Evictor",
     "Status",
+    "same_objects",
 ]
+
+
+def same_objects(before: Sequence[object], now: Sequence[object]) -> bool:
+    """Whether ``now`` holds the very objects ``before`` held, in the same order: what a
+    cycle worked out from them then still holds (the objects are immutable)."""
+    return before is now or (len(before) == len(now) and all(map(operator.is_, before, now)))
 
 
 @dataclass(frozen=True, slots=True)

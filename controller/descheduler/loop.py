@@ -46,7 +46,6 @@ import contextlib
 import functools
 import gc
 import logging
-import operator
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -88,7 +87,13 @@ from controller.descheduler.evictor import (
     controller_uid,
     direct_nodes,
 )
-from controller.descheduler.framework import BalancePlugin, CycleView, DeschedulePlugin, Status
+from controller.descheduler.framework import (
+    BalancePlugin,
+    CycleView,
+    DeschedulePlugin,
+    Status,
+    same_objects,
+)
 from controller.descheduler.metrics import ERROR, SUCCESS, DeschedulerMetrics
 from controller.descheduler.migration import MODE_EVICT_DIRECTLY, PENDING, RUNNING
 from controller.descheduler.migrationrates import EvictionBuckets
@@ -820,7 +825,7 @@ def _unchanged_kept(
         old = before.get(node)
         if old is pods:
             kept[node] = pods
-        elif old is not None and len(old) == len(pods) and all(map(operator.is_, old, pods)):
+        elif old is not None and same_objects(old, pods):
             kept[node] = old
         else:
             kept[node] = pods

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
@@ -54,7 +53,7 @@ from apis.core import (
 from apis.labels import Selector, SelectorError
 from apis.meta import LabelSelector, Model
 from controller.descheduler import nodefit
-from controller.descheduler.framework import CycleView, Evictor, Status
+from controller.descheduler.framework import CycleView, Evictor, Status, same_objects
 from controller.descheduler.selection import (
     EvictableNamespaces,
     PodSelector,
@@ -344,8 +343,6 @@ class _Targets:
         self._memo: dict[_FitKey, int | None] = {}
         #: Each target's allocatable cpu, memory and pods, once a search reached it.
         self._caps: list[tuple[int, int, int] | None] = [None] * len(self.nodes)
-        #: Each target's allocatable, once a full check reached it.
-        self._allocatable: list[Mapping[str, int] | None] = [None] * len(self.nodes)
         #: The ledger's load of each node, once a search reached it.
         self._loads: list[dict[str, int] | None] = [None] * len(self.nodes)
         self._held: dict[int, dict[str, int]] = {}
@@ -423,9 +420,7 @@ class _Targets:
             )
         if not self._static_fit(constraints, i):
             return False
-        allocatable = self._allocatable[i]
-        if allocatable is None:
-            allocatable = self._allocatable[i] = self.nodes[i].allocatable.amounts
+        allocatable = self.nodes[i].allocatable.amounts
         load = self._load(i)
         for name, amount in need.items():
             if amount <= 0:
@@ -558,11 +553,7 @@ class CustomPriority:
         """The tiers of the nodes the plugin's node selector picks (the last call's while the
         nodes are the same)."""
         last = self._tiered
-        if (
-            last is not None
-            and len(last[0]) == len(nodes)
-            and all(map(operator.is_, last[0], nodes))
-        ):
+        if last is not None and same_objects(last[0], nodes):
             return last[1]
         picked = [n for n in nodes if self._node_selector.matches(n.metadata.labels)]
         tiers = assign_tiers(picked, self._tiers)

@@ -40,7 +40,6 @@ prod pass).
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,7 +50,7 @@ from apis.labels import Selector
 from apis.qos import PriorityClass, priority_class
 from apis.slo import NodeMetric
 from controller.descheduler import nodefit
-from controller.descheduler.framework import CycleView, Evictor, Status
+from controller.descheduler.framework import CycleView, Evictor, Status, same_objects
 from controller.descheduler.plugins.lownodeload.anomaly import DetectorCache, State
 from controller.descheduler.plugins.lownodeload.args import LowNodeLoadArgs, Pool, node_pools
 from controller.descheduler.plugins.lownodeload.thresholds import (
@@ -338,11 +337,7 @@ class LowNodeLoad:
         """The levels and classes of the pool's nodes (the last call's while the usages are
         the same)."""
         last = self._classified.get(pool.name)
-        if (
-            last is not None
-            and len(last.usages) == len(usages)
-            and all(map(operator.is_, last.usages, usages))
-        ):
+        if last is not None and same_objects(last.usages, usages):
             return last
         resources = pool.resources
         deviation = pool.use_deviation_thresholds
