@@ -16,7 +16,9 @@ Algorithm (deterministic for a given scenario and loop table):
 
 A scenario may hold a ``descheduler/v1alpha2`` ``DeschedulerConfiguration`` document: it
 becomes the ConfigMap the descheduler reads (``koordinator-system/koord-descheduler-config``),
-checked first, so the descheduler runs on the simulated clock like the other loops.
+checked first, so the descheduler runs on the simulated clock like the other loops. A
+``kubescheduler.config.k8s.io/v1`` (or ``v1beta3``) ``KubeSchedulerConfiguration`` document
+becomes the scheduler's ConfigMap (``koordinator-system/koord-scheduler-config``) the same way.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from apis.meta import Object
 from controller.descheduler import config as descheduler_config
 from controller.errors import StoreError
 from controller.loops import LOOPS, ControlLoop, LoopContext, LoopFactory, build_loops
+from controller.scheduler import config as scheduler_config
 from controller.store import Store
 
 __all__ = [
@@ -156,8 +159,9 @@ def _flatten(documents: Iterable[object]) -> Iterator[object]:
 def scenario_objects(
     text: str, *, source: str = "", registry: Registry | None = None
 ) -> list[Object]:
-    """The objects of a scenario file; a DeschedulerConfiguration document becomes the
-    descheduler's ConfigMap. The first bad document raises with its location."""
+    """The objects of a scenario file; a DeschedulerConfiguration (KubeSchedulerConfiguration)
+    document becomes the descheduler's (scheduler's) ConfigMap. The first bad document raises
+    with its location."""
     objects: list[Object] = []
     for index, raw in enumerate(_flatten(codec.load_yaml_documents(text, source=source))):
         try:
@@ -165,6 +169,11 @@ def scenario_objects(
                 try:
                     objects.append(descheduler_config.config_map(raw))
                 except descheduler_config.DeschedulerConfigError as err:
+                    raise DecodeError(str(err)) from None
+            elif scheduler_config.is_document(raw):
+                try:
+                    objects.append(scheduler_config.config_map(raw))
+                except scheduler_config.SchedulerConfigError as err:
                     raise DecodeError(str(err)) from None
             else:
                 objects.append(codec.decode_object(raw, registry=registry))

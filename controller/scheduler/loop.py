@@ -48,6 +48,12 @@ pre-allocation took over with ``reservation-allocated``; a reserve pod no node f
 ``Scheduled=False`` (:func:`~controller.reservations.controller.mark_unschedulable`) and the
 ``FailedScheduling`` Event on the Reservation.
 
+Configuration: a loop built without profiles (as ``koordpy up`` and ``simulate`` build it)
+polls the ConfigMap ``koordinator-system/koord-scheduler-config`` each pass
+(:class:`~controller.scheduler.config.ConfigWatch`); a new valid configuration replaces the
+profiles and starts the loop afresh (queue and table rebuilt from the store, as a restarted
+koord-scheduler would), a bad one is refused and the profiles in force stay.
+
 It returns the seconds until the next backoff or unschedulable timeout ends (None when
 nothing waits). The loop owns the table and the queue between passes; a new store (a
 restart) starts both afresh.
@@ -76,6 +82,7 @@ from controller.reservations.controller import (
     mark_unschedulable,
 )
 from controller.scheduler import framework as fw
+from controller.scheduler.config import ConfigWatch
 from controller.scheduler.cycle import BindPlan, Decision, abandon, prepare_binding, schedule_one
 from controller.scheduler.explain import (
     DIAGNOSIS_ANNOTATION,
@@ -266,7 +273,16 @@ class SchedulerLoop:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         #: Attempts per pass (None: every active pod).
         self._max_attempts = max_attempts
-        self._profiles = tuple(profiles) if profiles is not None else (default_profile(),)
+        #: Given no profiles, the loop follows the scheduler's ConfigMap (:mod:`.config`).
+        self._watch = ConfigWatch() if profiles is None else None
+        self._install(tuple(profiles) if profiles is not None else (default_profile(),))
+        self._metrics = metrics
+        self._store: Store | None = None
+        self._reset()
+
+    def _install(self, profiles: tuple[Profile, ...]) -> None:
+        """Take ``profiles`` and the plugins of theirs the loop calls outside the cycle."""
+        self._profiles = profiles
         self._by_scheduler = profiles_by_scheduler(self._profiles)
         stateful: dict[int, fw.ClusterStatePlugin] = {}
         timed: dict[int, fw.TimedPlugin] = {}
@@ -293,9 +309,6 @@ class SchedulerLoop:
                 if isinstance(p, fw.WaitingPermitPlugin)
             }.values()
         )
-        self._metrics = metrics
-        self._store: Store | None = None
-        self._reset()
 
     def _reset(self) -> None:
         self._now = 0.0
@@ -318,6 +331,11 @@ class SchedulerLoop:
         self._recorder: EventRecorder | None = None
         #: The pods and reservations the last full pass read.
         self._seen: tuple[tuple[Object, ...], tuple[Object, ...]] | None = None
+
+    @property
+    def profiles(self) -> tuple[Profile, ...]:
+        """The profiles in force."""
+        return self._profiles
 
     @property
     def table(self) -> NodeTable:
@@ -352,8 +370,15 @@ class SchedulerLoop:
             self._reset()
             self._recorder = EventRecorder(store, component=KOORD_SCHEDULER, clock=ctx.now)
         now = ctx.now()
-        self._now = now.timestamp()
         snapshot = store.snapshot()
+        if self._watch is not None:
+            config = self._watch.poll(snapshot, store.registry, self._recorder)
+            if config is not None:  # a new configuration: the scheduler starts afresh
+                recorder = self._recorder
+                self._install(config.profiles)
+                self._reset()
+                self._recorder = recorder
+        self._now = now.timestamp()
         pods = snapshot.objects(store.registry.for_type(Pod))
         reservations = snapshot.objects(store.registry.for_type(Reservation))
         if self._idle(pods, reservations):

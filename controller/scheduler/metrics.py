@@ -195,7 +195,9 @@ class SchedulerMetrics:
         registry.register(self._reservations)
         for queue in ("active", "backoff", "unschedulable", "gated"):
             self.pending.labels(queue).set(0)
-        self._twins: dict[int, Profile] = {}
+        #: id(profile) -> (the profile, its timing twin); the profile is kept so that its id
+        #: is not reused by a profile of a later configuration.
+        self._twins: dict[int, tuple[Profile, Profile]] = {}
         self._count = 0
         self._started = 0.0
         #: The attempt under way: its profile name and result, once known.
@@ -218,10 +220,11 @@ class SchedulerMetrics:
         if (self._count - 1) % self._sample_every:
             return profile
         self._point_profile = profile.scheduler_name
-        twin = self._twins.get(id(profile))
-        if twin is None:
-            twin = _timed_profile(profile, self)
-            self._twins[id(profile)] = twin
+        known = self._twins.get(id(profile))
+        if known is not None and known[0] is profile:
+            return known[1]
+        twin = _timed_profile(profile, self)
+        self._twins[id(profile)] = (profile, twin)
         return twin
 
     def attempted(self, profile: Profile, entry: QueuedPod, decision: Decision) -> None:

@@ -24,8 +24,14 @@ API server defaults it). :data:`DEFAULT_CONFIG` is the shipped ``koord-scheduler
 - reserve: LoadAwareScheduling, NodeNUMAResource, DeviceShare, Reservation, Coscheduling,
   ElasticQuota; permit: Coscheduling; preBind: NodeNUMAResource, DeviceShare, Reservation,
   Coscheduling; bind: Reservation (reserve pods), then the loop's own binder;
-- args as shipped: NodeResourcesFit LeastAllocated over cpu, memory, batch-cpu, batch-memory,
-  weight 1; LoadAwareScheduling with the shipped thresholds of 0 (the load filter off).
+- args as Koordinator's v1.8 Helm chart ships them (ConfigMap ``koord-scheduler-config``):
+  NodeResourcesFit LeastAllocated over cpu, memory, batch-cpu, batch-memory, weight 1;
+  LoadAwareScheduling with expired metrics not filtered (300 s), thresholds cpu 65 % and
+  memory 95 %, scaling factors cpu 85 % and memory 70 %; Coscheduling network-topology aware.
+
+A profile carries the scheduler's :class:`~controller.scheduler.features.FeatureGates`;
+``DevicePluginAdaption`` switches DeviceShare's vendor annotations on (:func:`_gated_args`, the
+one place a gate reaches a plugin's args).
 
 koordpy is the only scheduler in ``koordpy up``, so the default profile also serves
 ``default-scheduler`` (and pods that name no scheduler): ``aliases`` lists the extra names a
@@ -40,11 +46,14 @@ from typing import Any, cast
 
 import msgspec
 
+from apis import codec
+from apis.errors import DecodeError
 from apis.meta import Model
 from controller.gangs import CoschedulingArgs
 from controller.quota.args import ElasticQuotaArgs
 from controller.reservations.args import ReservationArgs
 from controller.scheduler import framework as fw
+from controller.scheduler.features import NO_GATES, FeatureGates
 from controller.scheduler.plugins.coscheduling import Coscheduling
 from controller.scheduler.plugins.deviceshare import DeviceShare, DeviceSharePluginArgs
 from controller.scheduler.plugins.elasticquota import ElasticQuota
@@ -62,6 +71,7 @@ from controller.scheduler.plugins.tainttoleration import TaintToleration
 __all__ = [
     "DEFAULT_CONFIG",
     "DEFAULT_SCHEDULER",
+    "EXTENSION_POINTS",
     "KOORD_SCHEDULER",
     "PLUGINS",
     "PluginConfig",
@@ -185,18 +195,18 @@ DEFAULT_CONFIG = ProfileConfig(
     pre_bind=("NodeNUMAResource", "DeviceShare", "Reservation", "Coscheduling"),
     bind=("Reservation",),
     plugin_config=(
-        # The shipped config: metrics expire after 300 s and do not filter; thresholds of 0
-        # switch the load filter off (the plugin's own defaults are 65 % cpu, 95 % memory).
+        # The chart's config: metrics expire after 300 s and do not filter.
         PluginConfig(
             name="LoadAwareScheduling",
             args={
                 "filterExpiredNodeMetrics": False,
                 "nodeMetricExpirationSeconds": 300,
                 "resourceWeights": {"cpu": 1, "memory": 1},
-                "usageThresholds": {"cpu": 0, "memory": 0},
+                "usageThresholds": {"cpu": 65, "memory": 95},
                 "estimatedScalingFactors": {"cpu": 85, "memory": 70},
             },
         ),
+        PluginConfig(name="Coscheduling", args={"awareNetworkTopology": True}),
     ),
 )
 
@@ -236,13 +246,16 @@ class Profile:
     #: PreFilter plugins whose Skip ends their part in the pod's cycle
     #: (``pre_filter_skip_is_final``).
     final_skips: frozenset[str] = frozenset()
+    #: The scheduler's feature gates (v1.8's defaults unless configured).
+    feature_gates: FeatureGates = NO_GATES
 
     @property
     def scheduler_names(self) -> tuple[str, ...]:
         return (self.scheduler_name, *self.aliases)
 
 
-_POINTS: Mapping[str, type] = {
+#: Extension point (wire name) -> the Protocol a plugin implements for it.
+EXTENSION_POINTS: Mapping[str, type] = {
     "preFilter": fw.PreFilterPlugin,
     "filter": fw.FilterPlugin,
     "postFilter": fw.PostFilterPlugin,
@@ -257,13 +270,24 @@ _POINTS: Mapping[str, type] = {
 
 def _decode_args(name: str, spec: PluginSpec, raw: Mapping[str, Any]) -> fw.PluginArgs:
     try:
-        return msgspec.convert(dict(raw), type=spec.args)
-    except (msgspec.ValidationError, ValueError, TypeError) as err:
+        return codec.decode_as(dict(raw), spec.args)
+    except (DecodeError, ValueError, TypeError) as err:
         raise ProfileError(f"plugin {name}: invalid args: {err}") from err
 
 
+def _gated_args(args: fw.PluginArgs, gates: FeatureGates) -> fw.PluginArgs:
+    """``args`` with what the feature gates set in them (DeviceShare's device-plugin
+    adaption)."""
+    if isinstance(args, DeviceSharePluginArgs) and gates.device_plugin_adaption:
+        return msgspec.structs.replace(args, device_plugin_adaption=True)
+    return args
+
+
 def build_profile(
-    config: ProfileConfig = DEFAULT_CONFIG, registry: Mapping[str, PluginSpec] = PLUGINS
+    config: ProfileConfig = DEFAULT_CONFIG,
+    registry: Mapping[str, PluginSpec] = PLUGINS,
+    *,
+    feature_gates: FeatureGates = NO_GATES,
 ) -> Profile:
     """Instantiate ``config``'s plugins; :class:`ProfileError` for anything wrong in it."""
     raw_args: dict[str, Mapping[str, Any]] = {}
@@ -292,8 +316,8 @@ def build_profile(
                 raise ProfileError(f"{point}: {name} is enabled twice")
             if name not in instances:
                 args = _decode_args(name, spec, raw_args.get(name, {}))
-                instances[name] = spec.factory(args)
-            if not isinstance(instances[name], _POINTS[point]):
+                instances[name] = spec.factory(_gated_args(args, feature_gates))
+            if not isinstance(instances[name], EXTENSION_POINTS[point]):
                 raise ProfileError(f"{point}: plugin {name} has no {point} extension point")
     for name in raw_args:
         if name not in instances:
@@ -338,12 +362,13 @@ def build_profile(
         plugins=instances,
         prefer_nodes=tuple(p for p in pick("preFilter") if isinstance(p, fw.PreferNodesPlugin)),
         final_skips=final_skips,
+        feature_gates=feature_gates,
     )
 
 
-def default_profile() -> Profile:
+def default_profile(feature_gates: FeatureGates = NO_GATES) -> Profile:
     """The shipped ``koord-scheduler`` profile (also serving ``default-scheduler``)."""
-    return build_profile(DEFAULT_CONFIG)
+    return build_profile(DEFAULT_CONFIG, feature_gates=feature_gates)
 
 
 def profiles_by_scheduler(profiles: Sequence[Profile]) -> dict[str, Profile]:

@@ -1,10 +1,10 @@
 """``LoadAwareSchedulingArgs`` and the per-node thresholds (controller-spec §5.1, §8).
 
 Defaults are those of the plugin's Args (load filter on: cpu 65 %, memory 95 %; metrics older
-than 180 s expire). The shipped ``koord-scheduler`` profile overrides them
-(``filterExpiredNodeMetrics: false``, ``nodeMetricExpirationSeconds: 300`` and
-``usageThresholds {cpu: 0, memory: 0}``, which switches the load filter off); a profile that
-wants that behaviour says so in its pluginConfig.
+than 180 s expire). The shipped ``koord-scheduler`` profile (Koordinator's Helm chart) sets
+``filterExpiredNodeMetrics: false`` and ``nodeMetricExpirationSeconds: 300`` and keeps the
+thresholds; ``usageThresholds {cpu: 0, memory: 0}`` (the repository's own
+``scheduler-config.yaml``) switches the load filter off.
 
 The resource vector every other module uses is :func:`resource_names`: cpu and memory first,
 then every other name the args mention, sorted.

@@ -34,7 +34,8 @@ def test_defaults() -> None:
 
 
 def test_shipped_profile_args_decode() -> None:
-    """The pluginConfig of the shipped koord-scheduler profile (load filter off)."""
+    """The pluginConfig of Koordinator's ``config/manager/scheduler-config.yaml`` (thresholds of
+    0: load filter off)."""
     args = load_args(
         {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
