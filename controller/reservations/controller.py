@@ -4,8 +4,9 @@ Each pass looks at every Reservation (terminal ones only for garbage collection)
 
 1. ``Succeeded`` and ``Failed`` reservations are final.
 2. Expiry: unless ``ttl`` is explicitly ``0s`` (which disables expiry, ``expires`` included),
-   a reservation whose ``expires`` has passed, or (without ``expires``) whose age exceeds
-   ``ttl`` (24 h when unset), becomes ``Failed`` with ``Ready=False``, reason ``Expired``. An
+   a reservation whose ``expires`` has passed, or whose age exceeds ``ttl`` (the CRD's default
+   of 24 h when unset; with both set, whichever comes first, as Koordinator checks both),
+   becomes ``Failed`` with ``Ready=False``, reason ``Expired``. An
    assigned reservation whose Node no longer exists fails the same way.
 3. Otherwise, for an assigned reservation, ``status.currentOwners`` (sorted by uid) and
    ``status.allocated`` (their requests masked to ``status.allocatable``) are recomputed from
@@ -104,12 +105,15 @@ def expiry_of(reservation: Reservation) -> datetime | None:
     spec = reservation.spec
     if spec.ttl is not None and spec.ttl.nanoseconds == 0:
         return None
-    if spec.expires is not None:
-        return spec.expires
     created = reservation.metadata.creation_timestamp
-    if created is None:
-        return None
-    return created + timedelta(microseconds=spec.effective_ttl.nanoseconds // 1000)
+    by_ttl = (
+        created + timedelta(microseconds=spec.effective_ttl.nanoseconds // 1000)
+        if created is not None
+        else None
+    )
+    if spec.expires is None:
+        return by_ttl
+    return spec.expires if by_ttl is None else min(spec.expires, by_ttl)
 
 
 def _set_condition(

@@ -17,7 +17,9 @@ A Reservation is scheduled, and once Available occupies its node, as a pod built
 
 What a pod is matched against (:func:`reservation_requests`) is ``status.allocatable`` when
 Available, else the template's requests. At bind, :func:`allocatable_at_bind` is the template's
-requests with the names of the ``reservation-resize-allocatable`` annotation replaced.
+requests with the names of the ``reservation-resize-allocatable`` annotation replaced, and
+:func:`assumed_available` is the reservation as the scheduler sees it between placing it and
+the Available status being written (the pods scheduled after it in the same pass may use it).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "MAX_PRIORITY",
     "MSG_NODE_NAME_MISMATCH",
     "allocatable_at_bind",
+    "assumed_available",
     "is_available",
     "is_reserve_pod",
     "pinned_node",
@@ -96,6 +99,19 @@ def allocatable_at_bind(reservation: Reservation) -> ResourceList:
     if resized is not None:
         requests.update(resized)
     return ResourceList(requests)
+
+
+def assumed_available(reservation: Reservation, node_name: str) -> Reservation:
+    """``reservation`` as if its Bind had written it Available on ``node_name`` (the status
+    only: phase, node and allocatable; an unparsable resize annotation raises
+    :class:`~controller.reservations.AnnotationError`)."""
+    status = msgspec.structs.replace(
+        reservation.status,
+        phase="Available",
+        node_name=node_name,
+        allocatable=allocatable_at_bind(reservation),
+    )
+    return msgspec.structs.replace(reservation, status=status)
 
 
 def reserve_priority(reservation: Reservation) -> int:

@@ -42,7 +42,9 @@ Reservations (when a profile enables the Reservation plugin): the reserve pod of
 unassigned, non-terminal Reservation whose template's scheduler is served is queued like a
 pending pod; every Available reservation occupies its node like a pod requesting what is
 still free inside it, except during the attempt of a pod that may use it (the plugin's
-``hidden_for``). Binding a reserve pod writes the Reservation Available
+``hidden_for``); one placed earlier in the same pass does too (reserve pods are queued
+first, at the highest priority, so its owners created with it go into it). Binding a reserve
+pod writes the Reservation Available
 (:func:`~controller.reservations.controller.mark_available`) and marks the pods a
 pre-allocation took over with ``reservation-allocated``; a reserve pod no node fits writes
 ``Scheduled=False`` (:func:`~controller.reservations.controller.mark_unschedulable`) and the
@@ -665,11 +667,11 @@ class SchedulerLoop:
         return hidden
 
     def _unhide(self, hidden: list[tuple[str, Placed]]) -> None:
-        """Count again what :meth:`_hide` took out (a reservation with what the attempt put
-        into it)."""
+        """Count again what :meth:`_hide` took out (a reservation, one placed earlier in this
+        pass included, with what the attempt put into it)."""
         assert self._reservation is not None
         for uid, record in hidden:
-            held = self._reservation.held_pod(uid) if uid in self._held else None
+            held = self._reservation.held_pod(uid)
             if held is not None:
                 self._held[uid] = held
                 self._table.add_pod(held)

@@ -29,6 +29,11 @@ Extension points:
 - PreScore/Score: the nominated reservation's score per node; the node holding the smallest
   ``reservation-order`` scores 1000; normalized to 100 by the highest.
 - Reserve/Unreserve: the pod counts inside its nominated reservation for the rest of the pass.
+  A reserve pod's reservation counts as Available on its node for the rest of the pass
+  (:func:`~controller.reservations.reserve_pod.assumed_available`): reserve pods come first in
+  the queue (their priority is the highest unless the template sets one), so an owner created
+  with its reservation, in one apply or one scenario file, is scheduled after the reservation
+  is placed and goes into it, as in koord-scheduler, where the reserve pods share the queue.
 - PreBind: ``scheduling.koordinator.sh/reservation-allocated`` on the pod.
 - Bind: reserve pods only (the loop writes the reservation Available).
 """
@@ -77,6 +82,7 @@ from controller.reservations.affinity import (
 from controller.reservations.args import ReservationArgs
 from controller.reservations.reserve_pod import (
     MSG_NODE_NAME_MISMATCH,
+    assumed_available,
     is_available,
     is_reserve_pod,
     pinned_node,
@@ -101,6 +107,7 @@ _NOMINATED: Final = "Reservation/nominated"
 _PREFERRED: Final = "Reservation/preferred"
 _PREALLOC: Final = "Reservation/preallocation"
 _SELECTED: Final = "Reservation/selected"
+_PLACED: Final = "Reservation/placed"
 
 _TERMINAL: Final = frozenset({"Succeeded", "Failed"})
 _RESERVATIONS: Final = default_registry().for_type(Reservation)
@@ -174,6 +181,8 @@ class ReservationPlugin:
         self._pods: tuple[Pod, ...] = ()
         self._pending: tuple[Pod, ...] = ()
         self._held: dict[str, Pod] = {}
+        #: uid -> the reservation as synced, for those placed (assumed Available) this pass.
+        self._placed: dict[str, Reservation] = {}
         self._view: tuple[object, object] | None = None
         self._cache: tuple[str, _Match | None] | None = None
 
@@ -184,6 +193,9 @@ class ReservationPlugin:
         pods = snapshot.objects(_PODS)
         self._assumed = {}
         self._cache = None
+        if self._placed:  # the placements of the last pass are in the snapshot or undone
+            self._placed = {}
+            self._view = None
         if self._view is not None and self._view[0] is reservations and self._view[1] is pods:
             return False
         changed = self._view is None or self._view[0] is not reservations
@@ -375,11 +387,14 @@ class ReservationPlugin:
             if not candidates[row] or not found.matched:
                 continue
             states = [self._state(r) for r in found.matched]
+            # The table holds the owners as pods of their own and, hidden for this pod, not
+            # the reservations: their full allocatable on top is Koordinator's podRequested,
+            # which counts the owners twice, hence rAllocated (§1.6).
             used = _resources(table, table.requested, row)
             restored = Restored(
                 pod_requested=used + ResourceList.total(s.allocatable for s in states),
                 requested=used,
-                r_allocated=ResourceList(),
+                r_allocated=ResourceList.total(s.allocated for s in states),
                 pods=int(table.pod_count[row]),
                 matched=0,
             )
@@ -533,6 +548,9 @@ class ReservationPlugin:
                     one = preallocation.nominate(pre.reservation, selection.selected)
                     taken = (one,) if one is not None else ()
                 state.write(_SELECTED, tuple(c.pod for c in taken))
+                self._place(state, pod.pod, table.names[row], tuple(c.pod for c in taken))
+            else:
+                self._place(state, pod.pod, table.names[row], ())
             return fw.SUCCESS
         chosen = self._nominate(state, pod, row)
         if chosen is None:
@@ -547,7 +565,50 @@ class ReservationPlugin:
         state.write(_NOMINATED, chosen.name)
         return fw.SUCCESS
 
+    def _place(self, state: fw.CycleState, reserve: Pod, node: str, taken: tuple[Pod, ...]) -> None:
+        """Count the reservation of ``reserve`` as Available on ``node`` for the rest of the
+        pass, with the pods its pre-allocation takes over inside it."""
+        original = self.reservation_of(reserve)
+        if original is None:
+            return
+        try:
+            placed = assumed_available(original, node)
+        except AnnotationError:
+            return  # its Bind reports the annotation
+        uid, name = placed.metadata.uid, placed.metadata.name
+        self._placed.setdefault(uid, original)
+        self._reservations[name] = placed
+        self._by_uid[uid] = placed
+        self._by_node[node] = (*self._by_node.get(node, ()), placed)
+        if taken:
+            mask = placed.status.allocatable
+            used = ResourceList.total(masked_requests(pod_requests(p), mask) for p in taken)
+            self._assumed[name] = (used, len(taken))
+        self._cache = None
+        state.write(_PLACED, uid)
+
+    def _unplace(self, uid: str) -> None:
+        original = self._placed.pop(uid, None)
+        placed = self._by_uid.get(uid)
+        if original is None or placed is None:
+            return
+        name, node = placed.metadata.name, placed.status.node_name
+        self._reservations[name] = original
+        self._by_uid[uid] = original
+        rest = tuple(r for r in self._by_node.get(node, ()) if r.metadata.uid != uid)
+        if rest:
+            self._by_node[node] = rest
+        else:
+            self._by_node.pop(node, None)
+        self._assumed.pop(name, None)
+        self._cache = None
+
     def unreserve(self, state: fw.CycleState, pod: PodInfo, table: NodeTable, row: int) -> None:
+        placed = state.get(_PLACED, str)
+        if placed is not None:
+            state.delete(_PLACED)
+            self._unplace(placed)
+            return
         name = state.get(_NOMINATED, str)
         if name is None:
             return

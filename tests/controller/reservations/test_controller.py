@@ -110,9 +110,18 @@ def test_requeue_is_clamped_to_the_expiry(store: Store, clock: Clock) -> None:
         (None, None, T0 + timedelta(hours=24)),
         ("2h", None, T0 + timedelta(hours=2)),
         ("2h", T0 + timedelta(minutes=5), T0 + timedelta(minutes=5)),
+        ("2h", T0 + timedelta(hours=5), T0 + timedelta(hours=2)),
+        (None, T0 + timedelta(hours=48), T0 + timedelta(hours=24)),
         ("0s", T0 + timedelta(minutes=5), None),
     ],
-    ids=["CRD default ttl", "ttl", "expires first", "zero ttl disables"],
+    ids=[
+        "CRD default ttl",
+        "ttl",
+        "expires first",
+        "ttl first",
+        "CRD default ttl before expires",
+        "zero ttl disables",
+    ],
 )
 def test_expiry(ttl: str | None, expires: datetime | None, expected: datetime | None) -> None:
     assert expiry_of(reservation(ttl=ttl, expires=expires)) == expected

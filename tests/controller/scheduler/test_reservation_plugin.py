@@ -27,8 +27,17 @@ from apis.resources import ResourceList
 from apis.scheduling import PreAllocationPolicy, Reservation, ReservationOwner, ReservationSpec
 from controller.loops import LoopContext
 from controller.reservations.controller import ReservationController
+from controller.scheduler.framework import SUCCESS, Code, CycleState, NoArgs, Status
 from controller.scheduler.loop import SchedulerLoop
-from controller.scheduler.profile import DEFAULT_CONFIG, PluginConfig, build_profile
+from controller.scheduler.nodetable import NodeTable
+from controller.scheduler.podinfo import PodInfo
+from controller.scheduler.profile import (
+    DEFAULT_CONFIG,
+    PLUGINS,
+    PluginConfig,
+    PluginSpec,
+    build_profile,
+)
 from controller.store import Store
 from tests.controller.scheduler import GI, MI, make_node, make_pod
 
@@ -556,3 +565,141 @@ def test_a_pod_ignoring_reservations_sees_their_room_as_free_and_owns_nothing(
     pod = _get_pod(store, "free-rider")
     assert pod.spec.node_name == "node-1"
     assert _allocated(pod) is None
+
+
+def test_an_owner_created_with_its_reservation_goes_into_it_in_the_same_pass(
+    store: Store,
+) -> None:
+    # One apply: the reservation, its owner and a pod that owns nothing. The reserve pod is
+    # first in the queue; the owner, scheduled after it in the same pass, goes into it (the
+    # emptier node-2 would win otherwise), and the other pod still finds the room the
+    # reservation leaves on node-1: 4 CPU = 3 reserved (the owner inside) + 1.
+    store.create(make_node("node-1", cpu=4000, memory=8 * GI, labels={"zone": "a"}))
+    store.create(make_node("node-2", cpu=4000, memory=8 * GI))
+    owner = ReservationOwner(label_selector=LabelSelector(match_labels={"app": "owner"}))
+    store.create(
+        _reservation("r", cpu=3000, memory=GI, owners=(owner,), node="node-1", allocate_once=False)
+    )
+    store.create(_labelled(make_pod("a-owner", cpu=1000, memory=GI), {"app": "owner"}))
+    other = make_pod("b-other", cpu=1000, memory=GI)
+    pinned = msgspec.structs.replace(other.spec, node_selector={"zone": "a"})
+    store.create(msgspec.structs.replace(other, spec=pinned))
+    SchedulerLoop().reconcile(_ctx(store))
+
+    reservation = _get_reservation(store, "r")
+    assert (reservation.status.phase, reservation.status.node_name) == ("Available", "node-1")
+    placed = _get_pod(store, "a-owner")
+    assert placed.spec.node_name == "node-1"
+    assert _allocated(placed) == {"name": "r", "uid": reservation.metadata.uid}
+    other_pod = _get_pod(store, "b-other")
+    assert other_pod.spec.node_name == "node-1"
+    assert _allocated(other_pod) is None
+
+
+def test_an_owner_whose_reservation_fits_nowhere_is_scheduled_on_its_own(store: Store) -> None:
+    store.create(make_node("node-1", cpu=2000, memory=8 * GI))
+    owner = ReservationOwner(object=ObjectReference(name="pod-demo-0", namespace="default"))
+    store.create(_reservation("too-big", cpu=3000, memory=GI, owners=(owner,)))
+    store.create(make_pod("pod-demo-0", cpu=1000, memory=GI))
+    SchedulerLoop().reconcile(_ctx(store))
+
+    reservation = _get_reservation(store, "too-big")
+    assert reservation.status.node_name == ""
+    assert [(c.type, c.status) for c in reservation.status.conditions] == [("Scheduled", "False")]
+    pod = _get_pod(store, "pod-demo-0")
+    assert pod.spec.node_name == "node-1"
+    assert _allocated(pod) is None
+
+
+def test_what_owners_use_inside_a_reservation_is_not_counted_twice(store: Store) -> None:
+    # 8 CPU: 1 for other pods, 6 reserved, 3 of them used by an owner. A second owner of 3 CPU
+    # fits: 3 of the reservation are left (Koordinator: 3 <= 8 - (1 + 6 + 3 - 3 - 3) = 4).
+    # Counting the first owner both in the node and in the reservation would leave 1.
+    store.create(make_node("n1", cpu=8000, memory=64 * GI))
+    store.create(make_pod("others", cpu=1000, node="n1"))
+    owner = ReservationOwner(label_selector=LabelSelector(match_labels={"app": "owner"}))
+    store.create(
+        _reservation("r", cpu=6000, memory=GI, owners=(owner,), node="n1", allocate_once=False)
+    )
+    scheduler = SchedulerLoop()
+    scheduler.reconcile(_ctx(store))
+    reservation = _get_reservation(store, "r")
+    allocated = {
+        k.ANNOTATION_RESERVATION_ALLOCATED: json.dumps(
+            {"name": "r", "uid": reservation.metadata.uid}
+        )
+    }
+    store.create(_labelled(make_pod("first", cpu=3000, node="n1"), {"app": "owner"}, allocated))
+    store.create(_labelled(make_pod("second", cpu=3000), {"app": "owner"}))
+    scheduler.reconcile(_ctx(store))
+    second = _get_pod(store, "second")
+    assert second.spec.node_name == "n1"
+    assert _allocated(second) == {"name": "r", "uid": reservation.metadata.uid}
+
+
+class _RefuseReservePods:
+    """A Reserve plugin after Reservation that turns every reserve pod down."""
+
+    name = "RefuseReservePods"
+
+    def __init__(self, args: object) -> None:
+        del args
+
+    def reserve(self, state: CycleState, pod: PodInfo, table: NodeTable, row: int) -> Status:
+        if pod.pod.metadata.annotations.get(k.ANNOTATION_RESERVE_POD) == "true":
+            return Status.of(Code.UNSCHEDULABLE, "refused")
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: PodInfo, table: NodeTable, row: int) -> None:
+        return None
+
+
+def test_a_reservation_unreserved_in_its_pass_takes_no_owner(store: Store) -> None:
+    store.create(make_node("node-1", cpu=4000, memory=8 * GI))
+    owner = ReservationOwner(object=ObjectReference(name="pod-demo-0", namespace="default"))
+    store.create(_reservation("r", cpu=1000, memory=GI, owners=(owner,)))
+    store.create(make_pod("pod-demo-0", cpu=500, memory=GI))
+    registry = {**PLUGINS, "RefuseReservePods": PluginSpec(NoArgs, _RefuseReservePods)}
+    config = msgspec.structs.replace(
+        DEFAULT_CONFIG, reserve=(*DEFAULT_CONFIG.reserve, "RefuseReservePods")
+    )
+    SchedulerLoop([build_profile(config, registry)]).reconcile(_ctx(store))
+
+    assert _get_reservation(store, "r").status.node_name == ""
+    pod = _get_pod(store, "pod-demo-0")
+    assert pod.spec.node_name == "node-1"
+    assert _allocated(pod) is None
+
+
+def test_queue_order_decides_whether_an_owner_created_with_its_reservation_uses_it(
+    store: Store,
+) -> None:
+    # Reserve pods share the queue with pods: by priority, then creation. A reservation whose
+    # template sets a priority below its owner's is placed after the owner, which then owns
+    # nothing (as in koord-scheduler); the next owner, of lower priority, goes into it.
+    store.create(make_node("node-1", cpu=4000, memory=8 * GI, labels={"zone": "a"}))
+    store.create(make_node("node-2", cpu=4000, memory=8 * GI))
+    owner = ReservationOwner(label_selector=LabelSelector(match_labels={"app": "owner"}))
+    reservation = _reservation(
+        "r", cpu=2000, memory=GI, owners=(owner,), node="node-1", allocate_once=False
+    )
+    template = reservation.spec.template
+    low = msgspec.structs.replace(
+        template, spec=msgspec.structs.replace(template.spec, priority=10)
+    )
+    store.create(
+        msgspec.structs.replace(
+            reservation, spec=msgspec.structs.replace(reservation.spec, template=low)
+        )
+    )
+    for name, priority in (("urgent", 100), ("later", 5)):
+        pod = make_pod(name, cpu=1000, memory=GI, priority=priority)
+        store.create(_labelled(pod, {"app": "owner"}))
+    SchedulerLoop().reconcile(_ctx(store))
+
+    placed = _get_reservation(store, "r")
+    assert placed.status.node_name == "node-1"
+    urgent = _get_pod(store, "urgent")
+    assert urgent.spec.node_name != ""
+    assert _allocated(urgent) is None
+    assert _allocated(_get_pod(store, "later")) == {"name": "r", "uid": placed.metadata.uid}
