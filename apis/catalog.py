@@ -2,14 +2,15 @@
 
 The order is the order ``koordpy get all`` lists them. Short names come from the CRDs'
 ``names`` where they define any (PodMigrationJob ``pmj``, QueueUnit ``qu``/``qus``); the
-others follow kubectl (``po``, ``no``, ``ev``, ``cm``) and the upstream charts (``rsv`` for
-reservations, ``eq`` for elastic quotas, ``pg``/``pgs`` for pod groups). ``qu`` belongs to
-QueueUnit, as Koord-Queue prints it; Queue is reached as ``queue``/``queues``.
+others follow kubectl (``po``, ``no``, ``ev``, ``cm``, ``deploy``, ``rs``, ``sts``, ``ds``)
+and the upstream charts (``rsv`` for reservations, ``eq`` for elastic quotas, ``pg``/``pgs``
+for pod groups). ``qu`` belongs to QueueUnit, as Koord-Queue prints it; Queue is reached
+as ``queue``/``queues``.
 """
 
 from __future__ import annotations
 
-from apis import admission, core, gang, queueing, quota, scheduling, slo, workloads
+from apis import admission, apps, core, gang, queueing, quota, scheduling, slo, workloads
 from apis.kinds import Kind
 
 __all__ = ["ADMISSION_CHECK_ALIAS_API_VERSION", "KINDS", "QUEUE_ALIAS_API_VERSION"]
@@ -24,6 +25,10 @@ KINDS: tuple[Kind, ...] = (
     Kind(core.Node, "nodes", namespaced=False, short_names=("no",)),
     Kind(core.Event, "events", namespaced=True, short_names=("ev",)),
     Kind(core.ConfigMap, "configmaps", namespaced=True, short_names=("cm",)),
+    Kind(apps.Deployment, "deployments", namespaced=True, short_names=("deploy",)),
+    Kind(apps.ReplicaSet, "replicasets", namespaced=True, short_names=("rs",)),
+    Kind(apps.StatefulSet, "statefulsets", namespaced=True, short_names=("sts",)),
+    Kind(apps.DaemonSet, "daemonsets", namespaced=True, short_names=("ds",)),
     Kind(core.Job, "jobs", namespaced=True),
     Kind(core.PyTorchJob, "pytorchjobs", namespaced=True),
     Kind(core.TFJob, "tfjobs", namespaced=True),

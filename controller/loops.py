@@ -26,6 +26,11 @@ from controller.queueing.podlifecycle import PodLifecycle
 from controller.reservations.controller import ReservationController
 from controller.scheduler.loop import SchedulerLoop
 from controller.store import Store
+from controller.workloads.daemonset import DaemonSetController
+from controller.workloads.deployment import DeploymentController
+from controller.workloads.gc import GarbageCollector
+from controller.workloads.replicaset import ReplicaSetController
+from controller.workloads.statefulset import StatefulSetController
 
 __all__ = ["LOOPS", "ControlLoop", "LoopContext", "LoopFactory", "LoopRunner", "build_loops"]
 
@@ -53,6 +58,11 @@ LoopFactory = Callable[[], ControlLoop]
 
 #: Every control loop of the controller, in run order. Later features add their entries here.
 LOOPS: Mapping[str, LoopFactory] = {
+    "deployments": DeploymentController,
+    "replicasets": ReplicaSetController,
+    "statefulsets": StatefulSetController,
+    "daemonsets": DaemonSetController,
+    "workload-gc": GarbageCollector,
     "jobs": JobController,
     "queueing": QueueingLoop,
     "reservations": ReservationController,

@@ -296,6 +296,59 @@ def _pod_restarts(pod: Wire, now: datetime) -> str:
     return str(sum(int(s.get("restartCount") or 0) for s in _container_statuses(pod)))
 
 
+# --- workloads (apps/v1) ---------------------------------------------------------------------
+
+
+def _replicas_wanted(obj: Wire) -> int:
+    wanted = _get(obj, "spec.replicas")
+    return 1 if wanted is None else int(wanted)
+
+
+def _ready_of_wanted(obj: Wire, now: datetime) -> str:
+    """``readyReplicas/spec.replicas`` (a Deployment's or StatefulSet's READY)."""
+    return f"{_get(obj, 'status.readyReplicas') or 0}/{_replicas_wanted(obj)}"
+
+
+def _template_containers(obj: Wire) -> list[Mapping[str, Any]]:
+    found = _get(obj, "spec.template.spec.containers") or ()
+    return [c for c in found if isinstance(c, Mapping)]
+
+
+def _container_names(obj: Wire, now: datetime) -> str:
+    return ",".join(str(c.get("name") or "") for c in _template_containers(obj)) or NONE
+
+
+def _container_images(obj: Wire, now: datetime) -> str:
+    return ",".join(str(c.get("image") or "") for c in _template_containers(obj)) or NONE
+
+
+def _label_selector(obj: Wire, now: datetime) -> str:
+    """``spec.selector`` as kubectl prints it: ``app=web,tier in (a,b)``."""
+    selector = _get(obj, "spec.selector")
+    if not isinstance(selector, Mapping):
+        return NONE
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or ():
+        if not isinstance(expr, Mapping):
+            continue
+        key, op = str(expr.get("key") or ""), str(expr.get("operator") or "")
+        values = ",".join(str(v) for v in expr.get("values") or ())
+        if op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            parts.append(f"{key} {op.lower()} ({values})")
+    return ",".join(parts) or NONE
+
+
+def _node_selector(obj: Wire, now: datetime) -> str:
+    selector = _get(obj, "spec.template.spec.nodeSelector")
+    if not isinstance(selector, Mapping) or not selector:
+        return NONE
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
 # --- other kinds -----------------------------------------------------------------------------
 
 
@@ -446,6 +499,46 @@ _TABLES: dict[str, tuple[Column, ...]] = {
         _NAME,
         Column("DATA", _config_map_entries),
         _AGE,
+    ),
+    "apps/Deployment": (
+        _NAME,
+        Column("READY", _ready_of_wanted),
+        Column("UP-TO-DATE", _number("status.updatedReplicas")),
+        Column("AVAILABLE", _number("status.availableReplicas")),
+        _AGE,
+        Column("CONTAINERS", _container_names, wide=True),
+        Column("IMAGES", _container_images, wide=True),
+        Column("SELECTOR", _label_selector, wide=True),
+    ),
+    "apps/ReplicaSet": (
+        _NAME,
+        Column("DESIRED", lambda obj, now: str(_replicas_wanted(obj))),
+        Column("CURRENT", _number("status.replicas")),
+        Column("READY", _number("status.readyReplicas")),
+        _AGE,
+        Column("CONTAINERS", _container_names, wide=True),
+        Column("IMAGES", _container_images, wide=True),
+        Column("SELECTOR", _label_selector, wide=True),
+    ),
+    "apps/StatefulSet": (
+        _NAME,
+        Column("READY", _ready_of_wanted),
+        _AGE,
+        Column("CONTAINERS", _container_names, wide=True),
+        Column("IMAGES", _container_images, wide=True),
+    ),
+    "apps/DaemonSet": (
+        _NAME,
+        Column("DESIRED", _number("status.desiredNumberScheduled")),
+        Column("CURRENT", _number("status.currentNumberScheduled")),
+        Column("READY", _number("status.numberReady")),
+        Column("UP-TO-DATE", _number("status.updatedNumberScheduled")),
+        Column("AVAILABLE", _number("status.numberAvailable")),
+        Column("NODE SELECTOR", _node_selector),
+        _AGE,
+        Column("CONTAINERS", _container_names, wide=True),
+        Column("IMAGES", _container_images, wide=True),
+        Column("SELECTOR", _label_selector, wide=True),
     ),
     "batch/Job": (
         _NAME,

@@ -19,7 +19,9 @@ controller too, since ``koordpy up``/``simulate`` have no Kubernetes):
    resumed and has one pod per replica (a batch Job: ``count`` interchangeable pods,
    finished ones counting toward completion), made from its templates with the
    ``podSetUpdates`` of the unit's admission checks applied, owned by the job, and labelled
-   with the job's quota labels and ``alibabacloud.com/schedule-admission``. Replica-level
+   with the job's quota labels and ``alibabacloud.com/schedule-admission`` (a batch Job's
+   pods also with ``job-name``, ``controller-uid``, their ``batch.kubernetes.io/`` forms and,
+   for an ``Indexed`` job, ``batch.kubernetes.io/job-completion-index``). Replica-level
    admission: per pod set, bound unfinished pods count against ``admissions[].replicas`` and
    the rest of it goes to unbound pods, those already ungated first, then by replica index;
    every other unbound pod is gated ``"false"``. Bound pods are never touched. Pods beyond
@@ -63,7 +65,7 @@ import msgspec
 
 from apis import constants as k
 from apis import qos
-from apis.core import Pod, PodStatus, PriorityClass
+from apis.core import Job, Pod, PodStatus, PriorityClass
 from apis.meta import Object, ObjectMeta, ObjectReference, OwnerReference
 from apis.queueing import (
     Admission,
@@ -127,6 +129,12 @@ QUOTA_LABELS: Final = (
     k.LABEL_QUOTA_PREEMPTIBLE,
     k.LABEL_PREEMPTIBLE_ALIBABACLOUD,
 )
+#: The labels a batch/v1 Job's pods carry (and the annotation of an Indexed job's index).
+LABEL_BATCH_JOB_NAME: Final = "batch.kubernetes.io/job-name"
+LABEL_BATCH_CONTROLLER_UID: Final = "batch.kubernetes.io/controller-uid"
+LABEL_LEGACY_JOB_NAME: Final = "job-name"
+LABEL_LEGACY_CONTROLLER_UID: Final = "controller-uid"
+LABEL_BATCH_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 #: Seconds before a job whose write failed is looked at again.
 RETRY_SECONDS: Final = 1.0
 
@@ -314,6 +322,23 @@ def _updates_for(unit: QueueUnit, pod_set: str) -> list[PodSetUpdate]:
     ]
 
 
+def _batch_job_labels(job: Object, index: int) -> dict[str, str]:
+    """The labels Kubernetes' Job controller gives a ``batch/v1`` Job's pods (none for others);
+    an ``Indexed`` job's pods also carry their completion index."""
+    if not isinstance(job, Job):
+        return {}
+    name, uid = job.metadata.name, job.metadata.uid
+    labels = {
+        LABEL_BATCH_CONTROLLER_UID: uid,
+        LABEL_BATCH_JOB_NAME: name,
+        LABEL_LEGACY_CONTROLLER_UID: uid,
+        LABEL_LEGACY_JOB_NAME: name,
+    }
+    if job.spec.completion_mode == "Indexed":
+        labels[LABEL_BATCH_COMPLETION_INDEX] = str(index)
+    return labels
+
+
 def make_pod(
     adapter: JobAdapter,
     job: Object,
@@ -337,10 +362,13 @@ def make_pod(
         value = job.metadata.labels.get(key)
         if value is not None:
             labels[key] = value
+    labels.update(_batch_job_labels(job, index))
     labels[k.LABEL_JOB_REPLICA_INDEX] = str(index)
     labels[k.LABEL_SCHEDULE_ADMISSION] = "false"
     annotations[k.ANNOTATION_RELATED_QUEUEUNIT] = f"{unit.metadata.namespace}/{unit.metadata.name}"
     annotations[k.ANNOTATION_RELATED_PODSET_NAME] = pod_set.name
+    if isinstance(job, Job) and job.spec.completion_mode == "Indexed":
+        annotations[LABEL_BATCH_COMPLETION_INDEX] = str(index)
     return Pod(
         metadata=ObjectMeta(
             name=_pod_name(job, adapter, pod_set.name, index),

@@ -2,11 +2,15 @@
 
 * A bound pod (``spec.nodeName`` set) in phase ``Pending`` or empty, not being deleted, starts:
   phase ``Running``, ``status.startTime`` now, conditions ``Initialized``, ``Ready`` and
-  ``ContainersReady`` ``True``.
+  ``ContainersReady`` ``True``, and what a kubelet reports with them: ``containerStatuses``
+  (running since now, ready, started, no restarts, an ``imageID`` and ``containerID``), init
+  containers terminated ``Completed`` (sidecars running), ``hostIP``/``podIP`` from the node's
+  ``InternalIP`` (else its first address; none when it has none) and ``qosClass``.
 * A running pod whose annotation ``koordpy.io/simulated-runtime`` is a duration (``90s``,
   ``1h``; copied from the pod template like any annotation) succeeds that long after it
   started: phase ``Succeeded``, ``Ready``/``ContainersReady`` ``False`` with reason
-  ``PodCompleted``. A value that is not a duration is ignored (logged once per pod).
+  ``PodCompleted``, every container terminated with exit code 0, reason ``Completed``. A
+  value that is not a duration is ignored (logged once per pod).
 
 Only pods that changed since the last pass are looked at; pending ends sit in a heap, and
 ``reconcile`` returns the seconds until the next one.
@@ -14,16 +18,18 @@ Only pods that changed since the last pass are looked at; pending ends sit in a 
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from apis import constants as k
-from apis.core import Pod
+from apis import qos
+from apis.core import Container, ContainerState, ContainerStatus, Node, Pod
 from apis.duration import Duration, DurationError
 from apis.meta import Condition, Object
 from controller.store import Store
@@ -31,7 +37,7 @@ from controller.store import Store
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
 
-__all__ = ["PodLifecycle", "completed_pod", "simulated_runtime", "started_pod"]
+__all__ = ["PodLifecycle", "completed_pod", "node_ip", "simulated_runtime", "started_pod"]
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +51,95 @@ def _set(conditions: Sequence[Condition], wanted: Sequence[Condition]) -> tuple[
     return (*(c for c in conditions if c.type not in types), *wanted)
 
 
-def started_pod(pod: Pod, now: datetime) -> Pod:
-    """``pod`` as the kubelet reports it once its containers run."""
+def _stamp(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _image_id(image: str) -> str:
+    repository = image.split("@", 1)[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
+    return f"{repository}@sha256:{_digest(image)}"
+
+
+def _running(pod: Pod, container: Container, now: datetime) -> ContainerStatus:
+    return ContainerStatus(
+        name=container.name,
+        state=ContainerState(running={"startedAt": _stamp(now)}),
+        ready=True,
+        restart_count=0,
+        image=container.image,
+        image_id=_image_id(container.image),
+        container_id=f"containerd://{_digest(f'{pod.metadata.uid}/{container.name}')}",
+        started=True,
+    )
+
+
+def _completed(
+    pod: Pod, container: Container, started: str, now: datetime, *, ready: bool
+) -> ContainerStatus:
+    container_id = f"containerd://{_digest(f'{pod.metadata.uid}/{container.name}')}"
+    return ContainerStatus(
+        name=container.name,
+        state=ContainerState(
+            terminated={
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": started,
+                "finishedAt": _stamp(now),
+                "containerID": container_id,
+            }
+        ),
+        ready=ready,
+        restart_count=0,
+        image=container.image,
+        image_id=_image_id(container.image),
+        container_id=container_id,
+        started=False,
+    )
+
+
+def node_ip(node: Node | None) -> str:
+    """The address a node's pods report as ``hostIP``: its InternalIP, else its first one."""
+    if node is None or not node.status.addresses:
+        return ""
+    addresses = node.status.addresses
+    internal = next((a.address for a in addresses if a.type == "InternalIP"), "")
+    return internal or addresses[0].address
+
+
+def started_pod(pod: Pod, now: datetime, node: Node | None = None) -> Pod:
+    """``pod`` as the kubelet reports it once its containers run (on ``node``, when known)."""
     conditions = _set(
         pod.status.conditions,
         [Condition(type=t, status="True", last_transition_time=now) for t in _STARTED],
     )
+    stamp = _stamp(now)
+    init_statuses = tuple(
+        _running(pod, c, now) if c.is_sidecar else _completed(pod, c, stamp, now, ready=True)
+        for c in pod.spec.init_containers
+    )
+    ip = node_ip(node)
+    ips = ({"ip": ip},) if ip else ()
     return replace(
         pod,
-        status=replace(pod.status, phase="Running", start_time=now, conditions=conditions),
+        status=replace(
+            pod.status,
+            phase="Running",
+            start_time=now,
+            conditions=conditions,
+            host_ip=ip or pod.status.host_ip,
+            host_ips=ips or pod.status.host_ips,
+            pod_ip=ip or pod.status.pod_ip,
+            pod_ips=ips or pod.status.pod_ips,
+            init_container_statuses=init_statuses,
+            container_statuses=tuple(_running(pod, c, now) for c in pod.spec.containers),
+            qos_class=pod.status.qos_class or qos.kube_qos(pod).value,
+        ),
     )
 
 
@@ -66,7 +152,24 @@ def completed_pod(pod: Pod, now: datetime) -> Pod:
             for t in ("Ready", "ContainersReady")
         ],
     )
-    return replace(pod, status=replace(pod.status, phase="Succeeded", conditions=conditions))
+    started = _stamp(pod.status.start_time or now)
+    statuses = tuple(_completed(pod, c, started, now, ready=False) for c in pod.spec.containers)
+    init_statuses = tuple(
+        _completed(pod, c, started, now, ready=False) if c.is_sidecar else status
+        for c, status in zip(
+            pod.spec.init_containers, pod.status.init_container_statuses, strict=False
+        )
+    )
+    return replace(
+        pod,
+        status=replace(
+            pod.status,
+            phase="Succeeded",
+            conditions=conditions,
+            container_statuses=statuses,
+            init_container_statuses=init_statuses or pod.status.init_container_statuses,
+        ),
+    )
 
 
 def simulated_runtime(pod: Pod) -> timedelta | None:
@@ -127,7 +230,12 @@ class PodLifecycle:
         writes: list[Pod] = []
         if view is not self._view:
             self._view = view
-            self._scan(view, now, writes)
+            nodes = {
+                n.metadata.name: n
+                for n in snapshot.objects(store.registry.for_type(Node))
+                if isinstance(n, Node)
+            }
+            self._scan(view, nodes, now, writes)
         ends = self._ends
         while ends and ends[0][0] <= now:
             end, uid, namespace, name = heapq.heappop(ends)
@@ -145,7 +253,13 @@ class PodLifecycle:
             return None
         return max(0.0, (min(self._end_of.values()) - now).total_seconds())
 
-    def _scan(self, view: tuple[Object, ...], now: datetime, writes: list[Pod]) -> None:
+    def _scan(
+        self,
+        view: tuple[Object, ...],
+        nodes: Mapping[str, Node],
+        now: datetime,
+        writes: list[Pod],
+    ) -> None:
         seen: dict[str, Pod] = {}
         for obj in view:
             if not isinstance(obj, Pod):
@@ -155,7 +269,7 @@ class PodLifecycle:
             if self._seen.get(uid) is obj:
                 continue
             if _startable(obj):
-                started = started_pod(obj, now)
+                started = started_pod(obj, now, nodes.get(obj.spec.node_name))
                 writes.append(started)
                 self._track(started)
             elif obj.status.phase == "Running":

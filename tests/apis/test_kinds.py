@@ -80,6 +80,8 @@ def _required_parts(obj: Object) -> dict[str, object]:
     raw = json.loads(encode_json(obj))
     if obj.kind in ("Reservation", "PodMigrationJob"):
         return {"spec": raw["spec"]}
+    if obj.api_version == "apps/v1":  # a selector matching the template's labels is required
+        return {"spec": {"selector": raw["spec"]["selector"], "template": raw["spec"]["template"]}}
     return {}
 
 
@@ -113,6 +115,15 @@ def test_no_name_is_shared_between_kinds() -> None:
         ("jobs.batch", "batch/Job"),
         ("devices", "scheduling.koordinator.sh/Device"),
         ("rsv", "scheduling.koordinator.sh/Reservation"),
+        ("deploy", "apps/Deployment"),
+        ("deployments", "apps/Deployment"),
+        ("deployments.apps", "apps/Deployment"),
+        ("rs", "apps/ReplicaSet"),
+        ("replicasets", "apps/ReplicaSet"),
+        ("sts", "apps/StatefulSet"),
+        ("statefulsets", "apps/StatefulSet"),
+        ("ds", "apps/DaemonSet"),
+        ("daemonsets", "apps/DaemonSet"),
         ("reservations", "scheduling.koordinator.sh/Reservation"),
         ("reservations.scheduling.koordinator.sh", "scheduling.koordinator.sh/Reservation"),
         ("pmj", "scheduling.koordinator.sh/PodMigrationJob"),
@@ -151,6 +162,10 @@ def test_scopes() -> None:
     namespaced = {kind.kind for kind in KINDS if kind.namespaced}
     assert namespaced == {
         "Pod",
+        "Deployment",
+        "ReplicaSet",
+        "StatefulSet",
+        "DaemonSet",
         "Event",
         "ConfigMap",
         "Job",

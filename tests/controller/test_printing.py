@@ -472,3 +472,98 @@ def test_describe_admitted_unit_has_no_waiting_section() -> None:
     lines = pending.splitlines()
     start = lines.index("Waiting:")
     assert lines[start + 2].split() == ["Position:", "<none>"]
+
+
+# --- apps/v1 workloads -----------------------------------------------------------------------
+
+
+def workload(kind_name: str, spec: dict[str, Any], status: dict[str, Any]) -> Object:
+    return decode_object(
+        {
+            "apiVersion": "apps/v1",
+            "kind": kind_name,
+            "metadata": {
+                "name": "web",
+                "namespace": "default",
+                "creationTimestamp": (NOW - timedelta(minutes=12)).isoformat(),
+            },
+            "spec": {
+                "selector": {
+                    "matchLabels": {"app": "web"},
+                    "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}],
+                },
+                "template": {
+                    "metadata": {"labels": {"app": "web", "tier": "a"}},
+                    "spec": {
+                        "containers": [
+                            {"name": "nginx", "image": "nginx:1.27"},
+                            {"name": "log", "image": "busybox"},
+                        ],
+                        **spec.pop("pod", {}),
+                    },
+                },
+                **spec,
+            },
+            "status": status,
+        }
+    )
+
+
+def test_deployment_table_reads_like_kubectl() -> None:
+    deploy = workload(
+        "Deployment",
+        {"replicas": 3},
+        {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2},
+    )
+    text = printing.table(kind("deploy"), [deploy], now=NOW)
+    assert text.splitlines() == [
+        "NAME   READY   UP-TO-DATE   AVAILABLE   AGE",
+        "web    2/3     3            2           12m",
+    ]
+    wide = printing.row(kind("deployments"), deploy, now=NOW, wide=True)
+    assert wide[5:] == ["nginx,log", "nginx:1.27,busybox", "app=web,tier in (a,b)"]
+
+
+def test_a_new_deployment_reads_zero_of_its_default_replica() -> None:
+    deploy = workload("Deployment", {}, {})
+    assert printing.row(kind("deploy"), deploy, now=NOW) == ["web", "0/1", "0", "0", "12m"]
+
+
+def test_replica_set_table_reads_like_kubectl() -> None:
+    rs = workload("ReplicaSet", {"replicas": 4}, {"replicas": 3, "readyReplicas": 1})
+    assert printing.headers(kind("rs")) == ["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
+    assert printing.row(kind("rs"), rs, now=NOW) == ["web", "4", "3", "1", "12m"]
+
+
+def test_stateful_set_table_reads_like_kubectl() -> None:
+    sts = workload("StatefulSet", {"replicas": 3, "serviceName": "web"}, {"readyReplicas": 3})
+    assert printing.headers(kind("sts")) == ["NAME", "READY", "AGE"]
+    assert printing.row(kind("sts"), sts, now=NOW) == ["web", "3/3", "12m"]
+
+
+def test_daemon_set_table_reads_like_kubectl() -> None:
+    ds = workload(
+        "DaemonSet",
+        {"pod": {"nodeSelector": {"kubernetes.io/os": "linux"}}},
+        {
+            "desiredNumberScheduled": 3,
+            "currentNumberScheduled": 3,
+            "numberReady": 2,
+            "updatedNumberScheduled": 3,
+            "numberAvailable": 2,
+        },
+    )
+    assert printing.headers(kind("ds")) == [
+        "NAME",
+        "DESIRED",
+        "CURRENT",
+        "READY",
+        "UP-TO-DATE",
+        "AVAILABLE",
+        "NODE SELECTOR",
+        "AGE",
+    ]
+    row = printing.row(kind("ds"), ds, now=NOW)
+    assert row == ["web", "3", "3", "2", "3", "2", "kubernetes.io/os=linux", "12m"]
+    bare = workload("DaemonSet", {}, {})
+    assert printing.row(kind("ds"), bare, now=NOW)[6] == "<none>"

@@ -314,6 +314,49 @@ def test_batch_job_resume_sets_suspend_false_and_start_time(harness: Harness) ->
     assert sorted(harness.pods()) == ["train-0", "train-1"]
 
 
+def test_batch_job_pods_carry_the_labels_kubernetes_gives_them(harness: Harness) -> None:
+    stored = harness.store.apply(batch_job())[0]
+    harness.run()
+    harness.admit("train")
+    harness.run()
+    uid = stored.metadata.uid
+    for pod in harness.pods().values():
+        labels = pod.metadata.labels
+        assert labels["job-name"] == "train"
+        assert labels["batch.kubernetes.io/job-name"] == "train"
+        assert labels["controller-uid"] == uid
+        assert labels["batch.kubernetes.io/controller-uid"] == uid
+        assert "batch.kubernetes.io/job-completion-index" not in labels
+
+
+def test_indexed_batch_job_pods_carry_their_completion_index(harness: Harness) -> None:
+    job = batch_job()
+    job = replace(job, spec=replace(job.spec, completion_mode="Indexed"))
+    harness.store.apply(job)
+    harness.run()
+    harness.admit("train")
+    harness.run()
+    pods = harness.pods()
+    indexes = {
+        name: (
+            pod.metadata.labels["batch.kubernetes.io/job-completion-index"],
+            pod.metadata.annotations["batch.kubernetes.io/job-completion-index"],
+        )
+        for name, pod in pods.items()
+    }
+    assert indexes == {"train-0": ("0", "0"), "train-1": ("1", "1")}
+
+
+def test_other_job_kinds_get_no_batch_labels(harness: Harness) -> None:
+    harness.store.apply(pytorch_job(workers=1))
+    harness.run()
+    harness.admit("ddp-py-qu", master=1, worker=1)
+    harness.run()
+    for pod in harness.pods().values():
+        assert "job-name" not in pod.metadata.labels
+        assert "batch.kubernetes.io/controller-uid" not in pod.metadata.labels
+
+
 def test_pod_set_updates_of_admission_checks_are_applied(harness: Harness) -> None:
     harness.store.apply(pytorch_job(workers=1))
     harness.run()

@@ -1,0 +1,3 @@
+"""The workload controllers ``koordpy up`` and ``koordpy simulate`` play in place of
+Kubernetes' own: Deployment, ReplicaSet, StatefulSet, DaemonSet, and the garbage collector of
+the pods and ReplicaSets they own (one module each; ``common`` holds what they share)."""

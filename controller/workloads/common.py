@@ -1,0 +1,352 @@
+"""What the standalone workload controllers share: pod readiness, ownership, template hashes,
+the scale-down ranking, pods made from a template, and the thin loop that runs a plan function.
+
+A controller is a pure function ``plan(owner, inputs, now) -> Plan`` (the objects to create,
+update and delete, and when to look again) and a :class:`WorkloadLoop` subclass naming the kinds
+it reads. The loop runs every owner of its kind again whenever one of those kinds changed (the
+views are compared by identity) or a wanted time is due, and writes the plans: creations one by
+one (``generateName`` needs the store to draw the name), updates in one batch, deletions last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, ClassVar, Final
+
+import msgspec
+
+from apis.codec import to_builtins
+from apis.core import Pod, PodStatus, PodTemplateSpec
+from apis.meta import LabelSelector, Object, ObjectMeta, OwnerReference
+from controller.errors import NotFound, StoreError
+from controller.snapshots import Snapshot
+from controller.store import Store
+
+if TYPE_CHECKING:  # controller.loops registers these loops: importing it here would be circular
+    from controller.loops import LoopContext
+
+__all__ = [
+    "ANNOTATION_DELETION_COST",
+    "LABEL_CONTROLLER_REVISION_HASH",
+    "LABEL_POD_TEMPLATE_HASH",
+    "Plan",
+    "WorkloadLoop",
+    "active",
+    "available",
+    "deletion_order",
+    "is_ready",
+    "owned_by",
+    "owner_reference",
+    "pod_from_template",
+    "pods_by_owner",
+    "ready_since",
+    "template_hash",
+    "with_selector_label",
+]
+
+log = logging.getLogger(__name__)
+
+replace = msgspec.structs.replace
+
+LABEL_POD_TEMPLATE_HASH: Final = "pod-template-hash"
+LABEL_CONTROLLER_REVISION_HASH: Final = "controller-revision-hash"
+ANNOTATION_DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
+#: Seconds before an owner whose write failed is looked at again.
+RETRY_SECONDS: Final = 1.0
+
+#: The letters Kubernetes draws generated names and hashes from (no vowels, no look-alikes).
+_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
+
+
+# --- pods ------------------------------------------------------------------------------------
+
+
+def active(pod: Pod) -> bool:
+    """Neither ended nor being deleted: a pod that counts toward its owner's replicas."""
+    return not pod.is_terminated and pod.metadata.deletion_timestamp is None
+
+
+def _ready_condition(pod: Pod) -> datetime | bool:
+    for condition in pod.status.conditions:
+        if condition.type == "Ready":
+            if condition.status != "True":
+                return False
+            return condition.last_transition_time or True
+    return False
+
+
+def is_ready(pod: Pod) -> bool:
+    """Running with the Ready condition True."""
+    return pod.status.phase == "Running" and _ready_condition(pod) is not False
+
+
+def ready_since(pod: Pod) -> datetime | None:
+    """When a ready pod became ready (None: not ready, or the time is not known)."""
+    if not is_ready(pod):
+        return None
+    since = _ready_condition(pod)
+    return since if isinstance(since, datetime) else None
+
+
+def available(pod: Pod, min_ready_seconds: int, now: datetime) -> bool:
+    """Ready for at least ``min_ready_seconds``."""
+    if not is_ready(pod):
+        return False
+    if min_ready_seconds <= 0:
+        return True
+    since = ready_since(pod)
+    return since is None or since + timedelta(seconds=min_ready_seconds) <= now
+
+
+def available_at(pod: Pod, min_ready_seconds: int) -> datetime | None:
+    """When a ready pod that is not available yet becomes available."""
+    since = ready_since(pod)
+    if since is None or min_ready_seconds <= 0:
+        return None
+    return since + timedelta(seconds=min_ready_seconds)
+
+
+def _deletion_cost(pod: Pod) -> int:
+    try:
+        return int(pod.metadata.annotations.get(ANNOTATION_DELETION_COST, "0"))
+    except ValueError:
+        return 0
+
+
+def _timestamp(moment: datetime | None) -> float:
+    return moment.timestamp() if moment is not None else 0.0
+
+
+def _rank(pod: Pod) -> tuple[bool, int, bool, int, float, int, float, str]:
+    since = ready_since(pod)
+    restarts = sum(s.restart_count or 0 for s in pod.status.container_statuses)
+    return (
+        bool(pod.spec.node_name),
+        _PHASE_RANK.get(pod.status.phase, 0),
+        is_ready(pod),
+        _deletion_cost(pod),
+        -_timestamp(since),
+        -restarts,
+        -_timestamp(pod.metadata.creation_timestamp),
+        pod.metadata.name,
+    )
+
+
+def deletion_order(pods: Sequence[Pod]) -> list[Pod]:
+    """``pods``, those a scale-down removes first at the front.
+
+    As Kubernetes ranks them: unscheduled before scheduled; Pending, Unknown, then Running; not
+    ready before ready; a lower ``pod-deletion-cost`` first; ready for less time first; more
+    restarts first; newer first.
+    """
+    return sorted(pods, key=_rank)
+
+
+# --- owners ----------------------------------------------------------------------------------
+
+
+def owner_reference(owner: Object) -> OwnerReference:
+    """The controller reference a pod (or ReplicaSet) gets from ``owner``."""
+    return OwnerReference(
+        api_version=owner.api_version,
+        kind=owner.kind,
+        name=owner.metadata.name,
+        uid=owner.metadata.uid,
+        controller=True,
+        block_owner_deletion=True,
+    )
+
+
+def _controller_uid(obj: Object) -> str:
+    return next((r.uid for r in obj.metadata.owner_references if r.controller), "")
+
+
+def owned_by(obj: Object, owner: Object) -> bool:
+    return _controller_uid(obj) == owner.metadata.uid
+
+
+def pods_by_owner(objects: tuple[Object, ...]) -> Mapping[str, tuple[Pod, ...]]:
+    """Controller uid -> the pods it controls (a snapshot-derived index; never mutate it)."""
+    grouped: dict[str, list[Pod]] = {}
+    for obj in objects:
+        if isinstance(obj, Pod) and obj.metadata.owner_references:
+            uid = _controller_uid(obj)
+            if uid:
+                grouped.setdefault(uid, []).append(obj)
+    return {uid: tuple(pods) for uid, pods in grouped.items()}
+
+
+def template_hash(template: PodTemplateSpec, salt: str = "") -> str:
+    """A stable 10-letter hash of a pod template (the same template: the same hash)."""
+    canonical = json.dumps(to_builtins(template), sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(f"{salt}\0{canonical}".encode()).digest()
+    number = int.from_bytes(digest[:8], "big")
+    letters = []
+    for _ in range(10):
+        number, index = divmod(number, len(_ALPHABET))
+        letters.append(_ALPHABET[index])
+    return "".join(letters)
+
+
+def with_selector_label(selector: LabelSelector | None, key: str, value: str) -> LabelSelector:
+    """``selector`` that also requires ``key=value``."""
+    base = selector or LabelSelector()
+    return replace(base, match_labels={**base.match_labels, key: value})
+
+
+def pod_from_template(
+    template: PodTemplateSpec,
+    owner: Object,
+    *,
+    name: str = "",
+    generate_name: str = "",
+    labels: Mapping[str, str] | None = None,
+    spec_changes: Mapping[str, object] | None = None,
+) -> Pod:
+    """A new pod of ``owner`` (Pending, its controller reference set) from ``template``."""
+    meta = template.metadata
+    spec = template.spec
+    if spec_changes:
+        spec = replace(spec, **spec_changes)
+    return Pod(
+        metadata=ObjectMeta(
+            name=name,
+            generate_name=generate_name if not name else "",
+            namespace=owner.metadata.namespace,
+            labels={**meta.labels, **(labels or {})},
+            annotations=dict(meta.annotations),
+            finalizers=meta.finalizers,
+            owner_references=(owner_reference(owner),),
+        ),
+        spec=spec,
+        status=PodStatus(phase="Pending"),
+    )
+
+
+# --- the loop --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Plan:
+    """The writes one owner needs (all empty: nothing to do)."""
+
+    create: list[Object] = field(default_factory=list)
+    update: list[Object] = field(default_factory=list)
+    delete: list[Object] = field(default_factory=list)
+    #: When the owner wants to be looked at again (a pod becoming available).
+    wake_at: datetime | None = None
+
+    def wake(self, at: datetime | None) -> None:
+        if at is not None and (self.wake_at is None or at < self.wake_at):
+            self.wake_at = at
+
+    def status(self, owner: Object, status: object) -> None:
+        """Write ``owner`` with ``status`` when it differs from the stored one."""
+        if getattr(owner, "status", None) != status:
+            self.update.append(replace(owner, status=status))
+
+
+class WorkloadLoop:
+    """Runs ``plan`` for every object of ``owner_type``; subclasses name what they read."""
+
+    name: str
+    owner_type: ClassVar[type[Object]]
+    #: The other kinds whose changes make a pass look at every owner again.
+    inputs: ClassVar[tuple[type[Object], ...]] = (Pod,)
+
+    def __init__(self) -> None:
+        self._store: Store | None = None
+        self._views: tuple[tuple[Object, ...], ...] | None = None
+        self._wake: datetime | None = None
+
+    def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
+        raise NotImplementedError
+
+    def reconcile(self, ctx: LoopContext) -> float | None:
+        store = ctx.store
+        if store is not self._store:
+            self._store = store
+            self._views = None
+            self._wake = None
+        now = ctx.now()
+        snapshot = store.snapshot()
+        registry = store.registry
+        views = tuple(
+            snapshot.objects(registry.for_type(t)) for t in (self.owner_type, *self.inputs)
+        )
+        due = self._wake is not None and self._wake <= now
+        if (
+            self._views is not None
+            and not due
+            and all(a is b for a, b in zip(views, self._views, strict=True))
+        ):
+            return self._wait(now)
+        self._views = views
+        self._wake = None
+        plans: list[Plan] = []
+        for owner in views[0]:
+            if owner.metadata.deletion_timestamp is not None:
+                continue
+            plan = self.plan(owner, snapshot, store, now)
+            plans.append(plan)
+            if plan.wake_at is not None and (self._wake is None or plan.wake_at < self._wake):
+                self._wake = plan.wake_at
+        if not self._write(store, plans):
+            self._views = None
+            retry = now + timedelta(seconds=RETRY_SECONDS)
+            self._wake = retry if self._wake is None else min(self._wake, retry)
+        return self._wait(now)
+
+    def _wait(self, now: datetime) -> float | None:
+        if self._wake is None:
+            return None
+        return max(0.0, (self._wake - now).total_seconds())
+
+    def _write(self, store: Store, plans: Sequence[Plan]) -> bool:
+        """Every plan's writes; False when one failed (the owners are looked at again)."""
+        ok = True
+        for plan in plans:
+            for obj in plan.create:
+                try:
+                    store.create(obj)
+                except StoreError as err:
+                    log.warning("%s: create %s failed: %s", self.name, _describe(obj), err)
+                    ok = False
+        updates = [obj for plan in plans for obj in plan.update]
+        if updates:
+            for obj, result in zip(updates, store.update_many(updates), strict=True):
+                if isinstance(result, StoreError):
+                    log.warning("%s: update %s failed: %s", self.name, _describe(obj), result)
+                    ok = False
+        for plan in plans:
+            for obj in plan.delete:
+                ok = delete(store, obj, self.name) and ok
+        return ok
+
+
+def delete(store: Store, obj: Object, loop: str) -> bool:
+    """Delete ``obj`` (already gone is fine); False when the store refused."""
+    try:
+        store.delete(
+            store.registry.for_object(obj),
+            obj.metadata.name,
+            obj.metadata.namespace,
+            resource_version=obj.metadata.resource_version,
+        )
+    except NotFound:
+        return True
+    except StoreError as err:
+        log.warning("%s: delete %s failed: %s", loop, _describe(obj), err)
+        return False
+    return True
+
+
+def _describe(obj: Object) -> str:
+    name = obj.metadata.name or f"{obj.metadata.generate_name}*"
+    return f"{obj.kind} {obj.metadata.namespace}/{name}"
