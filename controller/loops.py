@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.migration import MigrationController
 from controller.descheduler.migrationrates import EvictionBuckets
+from controller.podgroups import PodGroupStatusLoop
 from controller.queueing.jobcontroller import JobController
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.podlifecycle import PodLifecycle
@@ -70,6 +71,7 @@ LOOPS: Mapping[str, LoopFactory] = {
     "descheduler": DeschedulerLoop,
     "migration": MigrationController,
     "pod-lifecycle": PodLifecycle,
+    "podgroups": PodGroupStatusLoop,
 }
 
 

@@ -374,14 +374,6 @@ def _label(key: str) -> Callable[[Wire, datetime], str]:
     return lambda obj, now: str((_get(obj, "metadata.labels") or {}).get(key) or NONE)
 
 
-def _pmj_pod(obj: Wire, now: datetime) -> str:
-    name = _get(obj, "spec.podRef.name")
-    if not name:
-        return NONE
-    namespace = _get(obj, "spec.podRef.namespace")
-    return f"{namespace}/{name}" if namespace else str(name)
-
-
 def _event_time(event: Wire) -> Any:
     return (
         event.get("lastTimestamp")
@@ -561,16 +553,18 @@ _TABLES: dict[str, tuple[Column, ...]] = {
         Column("TTL", _field("spec.ttl")),
         Column("EXPIRES", _field("spec.expires")),
     ),
+    # The CRD's printer columns, in its order.
     "scheduling.koordinator.sh/PodMigrationJob": (
         _NAME,
         Column("PHASE", _field("status.phase")),
         Column("STATUS", _field("status.status")),
+        _AGE,
         Column("NODE", _field("status.nodeName")),
         Column("RESERVATION", _field("spec.reservationOptions.reservationRef.name")),
-        Column("POD", _pmj_pod),
-        _AGE,
-        Column("NEW-POD", _field("status.podRef.name"), wide=True),
-        Column("TTL", _field("spec.ttl"), wide=True),
+        Column("PODNAMESPACE", _field("spec.podRef.namespace")),
+        Column("POD", _field("spec.podRef.name")),
+        Column("NEWPOD", _field("status.podRef.name")),
+        Column("TTL", _field("spec.ttl")),
     ),
     "slo.koordinator.sh/NodeMetric": (
         _NAME,

@@ -7,27 +7,31 @@ A PodMigrationJob (PMJ) names one pod (``spec.podRef``) to move. Each pass looks
 2. **Final and held.** ``Succeeded``, ``Failed`` and ``Aborted`` PMJs stay as they are; so does
    one with ``spec.paused`` (its timeout does not run either).
 3. **Timeout.** Past ``creationTimestamp + ttl`` (``spec.ttl``, else 5 minutes; ``0s``: never)
-   a PMJ is ``Aborted``, reason ``Timeout``, and its reservation deleted.
-4. **Arbitration.** ``Pending`` PMJs are taken in the order of :func:`arbitration_order`:
-   those of workloads with fewer migrating pods first; within that, the PMJs of one workload
-   together; then the least important pod first (:mod:`~controller.descheduler.podsort`);
-   then the oldest (creation time, then name). A PMJ
-   whose pod is gone (or has another uid than ``podRef.uid``) is ``Failed``, reason
-   ``MissingPod``. The others become ``Running`` (``podRef.uid`` filled in) while the limits
-   hold, counted over the ``Running`` PMJs and those admitted before it in the same pass:
-   migrating pods per node (``maxMigratingPerNode``, 2), per namespace, globally (these
-   three: 0 or unset is no limit), per workload (the pod's controller), and the unavailable
-   pods of the workload (its pods that are not Ready, plus its migrating ones) below
-   ``maxUnavailablePerWorkload``. The two
-   workload limits take an int or a percentage of the workload's live pods; unset, they are
-   10 % of them above 10 pods, 2 from 4 to 10, else 1, and never below 1 or above the pod
-   count. A PMJ over a limit stays ``Pending`` and is looked at again on the next change.
-   Last come the object limiters (``objectLimiters``, :mod:`.migrationrates`): a PMJ within
-   every limit takes a token from its pod's workload bucket (``maxMigrating`` per
-   ``duration``, 0: the workload's ``maxMigratingPerWorkload``; ``burst`` 0: 1) and namespace
-   bucket; without one it stays ``Pending`` (held by ``objectLimiters.workload`` or
-   ``objectLimiters.namespace``) and the loop runs again when the token is due. Upstream
-   makes such a job ``Running`` and requeues it; here it holds no migrating slot meanwhile.
+   a PMJ is ``Failed``, reason ``Timeout``, and its reservation deleted. (A PMJ a user sets to
+   ``Failed`` or ``Aborted`` is left alone too.)
+4. **Arbitration.** ``Pending`` PMJs are taken in the order of :func:`arbitration_order`: those
+   of workloads with fewer migrating pods first; within that, the PMJs of one workload together;
+   then the least important pod first (:mod:`~controller.descheduler.podsort`); then the oldest
+   (creation time, then name). A PMJ whose pod is gone (or has another uid than ``podRef.uid``)
+   is ``Failed``, reason ``MissingPod``, message ``Abort job caused by missing Pod
+   "<ns>/<name>"``; one whose pod has ``scheduling.koordinator.sh/eviction-cost: 2147483647``
+   (and not ``descheduler.alpha.kubernetes.io/evict``) is ``Failed``, reason
+   ``ForbiddenMigratePod``, message ``Pod "<ns>/<name>" is forbidden to migrate because it does
+   not meet the requirements``. The others become ``Running`` (``podRef.uid`` filled in) while
+   the limits hold, counted over the ``Running`` PMJs and those admitted before it in the same
+   pass: migrating pods per node (``maxMigratingPerNode``, 2), per namespace, globally (these
+   three: 0 or unset is no limit), per workload (the pod's controller), and the unavailable pods
+   of the workload (its pods that are not Ready, plus its migrating ones) below
+   ``maxUnavailablePerWorkload``. The two workload limits take an int or a percentage of the
+   workload's live pods; unset, they are 10 % of them above 10 pods, 2 from 4 to 10, else 1, and
+   never below 1 or above the pod count. A PMJ over a limit stays ``Pending`` and is looked at
+   again on the next change. Last come the object limiters (``objectLimiters``,
+   :mod:`.migrationrates`): a PMJ within every limit takes a token from its pod's workload
+   bucket (``maxMigrating`` per ``duration``, 0: the workload's ``maxMigratingPerWorkload``;
+   ``burst`` 0: 1) and namespace bucket; without one it stays ``Pending`` (held by
+   ``objectLimiters.workload`` or ``objectLimiters.namespace``) and the loop runs again when the
+   token is due. Upstream makes such a job ``Running`` and requeues it; here it holds no
+   migrating slot meanwhile.
 5. **ReservationFirst** (the default mode), one step per pass as far as the cluster allows:
 
    a. create a Reservation named after the PMJ's uid from the pod: the pod's labels and
@@ -46,32 +50,43 @@ A PodMigrationJob (PMJ) names one pod (``spec.podRef``) to move. Each pass looks
       used instead of creating one (``MissingReservation`` when there is none). A pod without
       ``priority`` gives the template priority 0, as an API server would have admitted it (a
       reservation of no priority is placed with the highest);
-   b. wait for the scheduler: ``Available`` gives ``ReservationScheduled`` and
-      ``status.nodeName``; ``Scheduled=False`` (reason ``Unschedulable``) fails the PMJ with
-      reason ``Unschedulable`` and the scheduler's message, an expired reservation with
+   b. wait for the scheduler: a placed reservation gives ``ReservationScheduled`` and
+      ``status.nodeName`` (on the pod's own node: ``Failed``, ``ForbiddenMigratePod``); while
+      it is ``Pending`` with ``Scheduled=False`` the PMJ carries condition
+      ``ReservationScheduled=False``, reason ``Unschedulable`` and the scheduler's message, and
+      waits (until its timeout, as v1.8); an expired reservation fails it with
       ``ReservationExpired``, a vanished one with ``MissingReservation``; in every failure
       the reservation is deleted and the pod left alone;
    c. evict the pod, as its eviction policy and delete options say (:mod:`.evictionpolicy`:
       ``Eviction`` and ``Delete`` delete it, ``SoftEviction`` annotates it and leaves the
-      deletion to its owner), then a Warning Event ``Evicted`` on it naming the PMJ, its
-      trigger and its ``koordinator.sh/evict-reason`` (``deleteOptions.dryRun: [All]``:
-      nothing is written to the pod, a Normal Event ``EvictionProposed``); condition
-      ``Eviction``, reason ``EvictComplete`` (a refused write: reason ``FailedEvict``, tried
-      again). Each eviction takes an ``evictQPS``/``evictBurst`` token first
-      (:mod:`.migrationrates`); with none the PMJ stays ``Running`` with reason
+      deletion to its owner), then a Warning Event ``Evicted`` on it naming the PMJ, its trigger
+      and its ``koordinator.sh/evict-reason`` (``deleteOptions.dryRun: [All]``: nothing is
+      written to the pod, a Normal Event ``EvictionProposed``); condition ``Eviction=False``,
+      reason ``Evicting``, until the pod is gone or replaced by another of its name, then
+      ``Eviction=True``, reason ``EvictComplete`` (a dry run: at once; a refused write: reason
+      ``FailedEvict``, tried again). Each eviction takes an ``evictQPS``/``evictBurst`` token
+      first (:mod:`.migrationrates`); with none the PMJ stays ``Running`` with reason
       ``TooManyEvictions`` and the loop runs again when the next token is due. A bad policy
-      label or delete option (checked when the PMJ starts and before it evicts) fails the
-      PMJ with reason ``FailedEvict`` and a message naming the field, before any reservation
-      is made;
+      label or delete option (checked when the PMJ starts and before it evicts) fails the PMJ
+      with reason ``FailedEvict`` and a message naming the field, before any reservation is
+      made;
    d. wait for a new pod of the same owner (another uid) bound into the reservation
-      (``reservation-allocated`` carries its uid): ``PodBoundReservation``; once it is Ready,
-      ``BoundPodReady`` and ``Succeeded`` with ``status.podRef`` the new pod and
-      ``status.nodeName`` its node.
+      (``reservation-allocated`` carries its uid): ``ReservationBound`` and
+      ``status.podRef`` the new pod; once it is Ready, ``BoundPodReady``,
+      ``PodBoundReservation`` and ``Succeeded``, ``status.status`` ``Complete``, message
+      ``Bind Pod "<ns>/<new>" in Reservation "<name>"``, ``status.nodeName`` its node.
 6. **EvictDirectly**: the pod is evicted as in 5c (the same token, policy and options) and
-   the PMJ ``Succeeded``.
+   the PMJ ``Succeeded`` (``Complete``, ``Pod "<ns>/<name>" has been evicted``).
 
-``status.reason``/``status.message`` tell the current step (``WaitForPodBindReservation``...)
-or the end; a PMJ ending ``Failed`` or ``Aborted`` gets a Warning Event with them.
+As in v1.8, ``status.status`` names the condition of the current step and
+``status.reason``/``status.message`` are that condition's (``Eviction``/``Evicting``...), and
+the PMJ gets v1.8's Events (component ``koord-descheduler``): Normal ``ReservationCreated``,
+``ReservationScheduled``, ``Evicting``, ``EvictComplete``, ``WaitForPodBindReservation``,
+``PodBoundReservation``, ``WaitForBoundPodReady``, ``BoundPodReady``, ``Complete``; Warning
+``Unschedulable``, ``Timeout``, ``MissingPod``, ``MissingReservation``,
+``ForbiddenMigratePod``, ``FailedCreateReservation``, ``FailedEvict``, and ``Evicting`` for a
+refused eviction (``ReservationExpired`` and a reservation that can never be placed end the
+PMJ without one, as in v1.8). A waiting step's Event is recorded once, not at every pass.
 
 The workload controller brings an evicted pod back: in ``koordpy up``/``simulate`` the jobs loop
 re-creates a deleted pod of a running Job or PyTorchJob as a new pod for the same replica (same
@@ -218,6 +233,7 @@ COND_RESERVATION_SCHEDULED: Final = "ReservationScheduled"
 COND_EVICTION: Final = "Eviction"
 COND_POD_BOUND_RESERVATION: Final = "PodBoundReservation"
 COND_BOUND_POD_READY: Final = "BoundPodReady"
+COND_RESERVATION_BOUND: Final = "ReservationBound"
 
 REASON_TIMEOUT: Final = "Timeout"
 REASON_FAILED_CREATE_RESERVATION: Final = "FailedCreateReservation"
@@ -230,6 +246,28 @@ REASON_FAILED_EVICT: Final = "FailedEvict"
 REASON_WAIT_FOR_POD_BIND_RESERVATION: Final = "WaitForPodBindReservation"
 REASON_WAIT_FOR_BOUND_POD_READY: Final = "WaitForBoundPodReady"
 REASON_TOO_MANY_EVICTIONS: Final = "TooManyEvictions"
+REASON_EVICTING: Final = "Evicting"
+REASON_FORBIDDEN_MIGRATE_POD: Final = "ForbiddenMigratePod"
+#: ``status.status`` of a PMJ that succeeded (the Event reason too).
+STATUS_COMPLETE: Final = "Complete"
+
+# The messages v1.8 writes in a PMJ's status and its Events (``{}``: a quoted name).
+MESSAGE_TIMEOUT: Final = "Abort job caused by timeout"
+MESSAGE_MISSING_POD: Final = "Abort job caused by missing Pod {}"
+MESSAGE_MISSING_RESERVATION: Final = "Abort job caused by missing Reservation {}"
+MESSAGE_RESERVATION_CREATED: Final = 'Successfully create Reservation "{}"'
+MESSAGE_RESERVATION_SCHEDULED: Final = 'Assigned Reservation "{}" to node "{}"'
+MESSAGE_SAME_NODE: Final = "Scheduler assignes the Reservation {} on the same node as the Pod"
+MESSAGE_EVICTING: Final = "Pod {} evicted from node {} by the reason {}"
+MESSAGE_EVICT_COMPLETE: Final = "Pod {} has been evicted"
+MESSAGE_WAIT_FOR_BIND: Final = "Waiting for Pod bind Reservation"
+MESSAGE_BOUND: Final = "Reservation bound by pod {}"
+MESSAGE_WAIT_FOR_READY: Final = "Waiting for Bound Pod {} Ready"
+MESSAGE_BOUND_POD_READY: Final = "Bind pod {} is ready"
+MESSAGE_COMPLETE: Final = "Bind Pod {} in Reservation {}"
+MESSAGE_FORBIDDEN: Final = (
+    "Pod {} is forbidden to migrate because it does not meet the requirements"
+)
 
 #: The Event reason on an evicted pod.
 EVENT_EVICTED: Final = "Evicted"
@@ -507,12 +545,14 @@ class World:
 class Arbitration:
     #: PMJs now Running (``podRef.uid`` filled in), in order.
     admitted: Sequence[PodMigrationJob]
-    #: PMJs ``Failed`` with ``MissingPod``.
+    #: PMJs whose pod is gone (to fail with ``MissingPod``: :func:`missing_pod`).
     missing: Sequence[PodMigrationJob]
     #: PMJ name -> the limit that keeps it Pending.
     waiting: Mapping[str, str]
     #: When an object limiter holding a PMJ has a token again (None: none holds one).
     wake_at: datetime | None = None
+    #: PMJs whose pod may never migrate (to fail with ``ForbiddenMigratePod``: :func:`forbidden`).
+    forbidden: Sequence[tuple[PodMigrationJob, Pod]] = ()
 
 
 @dataclass(slots=True)
@@ -631,15 +671,16 @@ def arbitrate(
     )
     admitted: list[PodMigrationJob] = []
     missing: list[PodMigrationJob] = []
+    barred: list[tuple[PodMigrationJob, Pod]] = []
     waiting: dict[str, str] = {}
     wake_at: datetime | None = None
     for job in pending:
         pod = world.pod_of(job)
         if pod is None:
-            namespace, name = _pod_key(job)
-            missing.append(
-                _ended(job, FAILED, REASON_MISSING_POD, f'Pod "{namespace}/{name}" not found')
-            )
+            missing.append(job)
+            continue
+        if never_migrates(pod):
+            barred.append((job, pod))
             continue
         namespace = pod.metadata.namespace
         refused = _refusal(pod, namespace, counts, world, limits)
@@ -659,7 +700,25 @@ def arbitrate(
         ref = _replace(job.spec.pod_ref, namespace=namespace, uid=pod.metadata.uid)
         running = _replace(job, spec=_replace(job.spec, pod_ref=ref))
         admitted.append(_status(running, phase=RUNNING, reason="", message=""))
-    return Arbitration(admitted=admitted, missing=missing, waiting=waiting, wake_at=wake_at)
+    return Arbitration(
+        admitted=admitted, missing=missing, forbidden=barred, waiting=waiting, wake_at=wake_at
+    )
+
+
+def never_migrates(pod: Pod) -> bool:
+    """Whether arbitration refuses ``pod`` for good: an eviction cost of MaxInt32
+    (``scheduling.koordinator.sh/eviction-cost``), unless ``descheduler.alpha.kubernetes.io/
+    evict`` asks for its eviction."""
+    annotations = pod.metadata.annotations
+    if k.ANNOTATION_DESCHEDULER_EVICT in annotations:
+        return False
+    return annotations.get(k.ANNOTATION_EVICTION_COST, "").strip() == str(k.EVICTION_COST_FORBIDDEN)
+
+
+def forbidden(job: PodMigrationJob, pod: Pod) -> Step:
+    """``job`` Failed because its pod may not migrate (``ForbiddenMigratePod``)."""
+    name = _quoted(pod.metadata.namespace, pod.metadata.name)
+    return _fail(job, REASON_FORBIDDEN_MIGRATE_POD, MESSAGE_FORBIDDEN.format(name))
 
 
 # --- status helpers -------------------------------------------------------------------------------
@@ -702,25 +761,50 @@ def _status(
     job: PodMigrationJob,
     *,
     phase: str | None = None,
+    status: str | None = None,
     reason: str | None = None,
     message: str | None = None,
 ) -> PodMigrationJob:
-    """``job`` with its phase and its ``status``/``reason``/``message`` (None: kept)."""
-    status = job.status
+    """``job`` with its ``phase``, ``status``, ``reason`` and ``message`` (None: kept)."""
+    current = job.status
     return _replace(
         job,
         status=_replace(
-            status,
-            phase=status.phase if phase is None else phase,
-            status=status.status if reason is None else reason,
-            reason=status.reason if reason is None else reason,
-            message=status.message if message is None else message,
+            current,
+            phase=current.phase if phase is None else phase,
+            status=current.status if status is None else status,
+            reason=current.reason if reason is None else reason,
+            message=current.message if message is None else message,
         ),
     )
 
 
+def _progress(
+    job: PodMigrationJob,
+    type_: str,
+    status: str,
+    now: datetime,
+    *,
+    reason: str = "",
+    message: str = "",
+) -> PodMigrationJob:
+    """``job`` with condition ``type_`` set and, when that changed it, ``status.status`` the
+    condition's type and ``status.reason``/``status.message`` its reason and message (the job
+    tells the step it is at, as v1.8 does)."""
+    after = _set_condition(job, type_, status, now, reason=reason, message=message)
+    if after is job:
+        return job
+    return _status(after, status=type_, reason=reason, message=message)
+
+
 def _ended(job: PodMigrationJob, phase: str, reason: str, message: str) -> PodMigrationJob:
+    """``job`` in a final ``phase`` (``status.status`` is left at the step it ended in)."""
     return _status(job, phase=phase, reason=reason, message=message)
+
+
+def _quoted(namespace: str, name: str) -> str:
+    """``"<namespace>/<name>"``, as v1.8's messages name a pod or a reservation."""
+    return f'"{namespace}/{name}"'
 
 
 # --- one job's step -------------------------------------------------------------------------------
@@ -731,6 +815,15 @@ class Eviction:
     pod: Pod
     job: PodMigrationJob
     plan: EvictionPlan = field(default_factory=EvictionPlan)
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """An Event to record on the PMJ once it is written (``type``, ``reason``, ``message``)."""
+
+    type: str
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -747,6 +840,8 @@ class Step:
     delete_reservation: str = ""
     #: When the PMJ wants to be looked at again.
     wake_at: datetime | None = None
+    #: Events on the PMJ, recorded in order after it is written.
+    notes: tuple[Note, ...] = ()
 
 
 def reservation_for(job: PodMigrationJob, pod: Pod, ttl: timedelta, now: datetime) -> Reservation:
@@ -892,13 +987,20 @@ def _unschedulable(reservation: Reservation) -> Condition | None:
 
 
 def _replacement(job: PodMigrationJob, reservation: Reservation, world: World) -> Pod | None:
-    """A pod bound into ``reservation`` that is not the migrated pod."""
+    """A pod bound into ``reservation`` that is not the migrated pod: one of its
+    ``status.currentOwners`` (what v1.8 reads), else a pod of its controller owner whose
+    ``reservation-allocated`` names it."""
     original = job.spec.pod_ref.uid
     owners = reservation.spec.owners
     controller = owners[0].controller if owners else None
-    candidates: Iterable[Pod] = (
-        world.by_controller.get(controller.uid, ()) if controller is not None else ()
-    )
+    current = [
+        world.pods.get((ref.namespace, ref.name)) for ref in reservation.status.current_owners
+    ]
+    candidates: Iterable[Pod] = [
+        pod
+        for pod, ref in zip(current, reservation.status.current_owners, strict=True)
+        if pod is not None and pod.metadata.uid == ref.uid
+    ] or (world.by_controller.get(controller.uid, ()) if controller is not None else ())
     found = []
     for pod in candidates:
         if pod.metadata.uid == original or not pod.spec.node_name:
@@ -910,20 +1012,6 @@ def _replacement(job: PodMigrationJob, reservation: Reservation, world: World) -
         if allocated is not None and allocated.uid == reservation.metadata.uid:
             found.append(pod)
     return min(found, key=lambda p: (not _pod_ready(p), p.metadata.name), default=None)
-
-
-def _evict(job: PodMigrationJob, pod: Pod | None, plan: EvictionPlan, now: datetime) -> Step:
-    """Step 5c (and 6): evict the pod, or go on when it is already gone."""
-    message = (
-        f"pod {pod.metadata.namespace}/{pod.metadata.name} {plan.verb}"
-        if pod is not None
-        else "the pod was already gone"
-    )
-    after = _set_condition(
-        job, COND_EVICTION, "True", now, reason=REASON_EVICT_COMPLETE, message=message
-    )
-    evict = Eviction(pod=pod, job=job, plan=plan) if pod is not None else None
-    return Step(job=after, evict=evict)
 
 
 def _plan(job: PodMigrationJob, pod: Pod, limits: Limits) -> EvictionPlan:
@@ -945,11 +1033,77 @@ def _throttled(job: PodMigrationJob, rates: MigrationRates | None, now: datetime
     return Step(job=_status(job, reason=REASON_TOO_MANY_EVICTIONS, message=message), wake_at=due)
 
 
-def _fail(job: PodMigrationJob, reason: str, message: str) -> Step:
-    """``job`` Failed, and the reservation it made deleted."""
+def _fail(job: PodMigrationJob, reason: str, message: str, *, event: bool = True) -> Step:
+    """``job`` Failed (a Warning Event with ``reason`` and ``message`` unless ``event`` is
+    False, as v1.8 records none for some ends), and the reservation it made deleted."""
+    notes = (Note(WARNING, reason, message),) if event else ()
     return Step(
-        job=_ended(job, FAILED, reason, message), delete_reservation=_created_reservation(job)
+        job=_ended(job, FAILED, reason, message),
+        delete_reservation=_created_reservation(job),
+        notes=notes,
     )
+
+
+def missing_pod(job: PodMigrationJob) -> Step:
+    """``job`` Failed because its pod is gone (``MissingPod``)."""
+    namespace, name = _pod_key(job)
+    return _fail(job, REASON_MISSING_POD, MESSAGE_MISSING_POD.format(_quoted(namespace, name)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Evicting:
+    """Where step 5c stands: ``done`` (the pod is gone: go on with ``job``, ``notes`` and
+    ``evict``), else ``step`` is what to do now."""
+
+    done: bool
+    step: Step | None = None
+    job: PodMigrationJob | None = None
+    notes: tuple[Note, ...] = ()
+    evict: Eviction | None = None
+
+
+def _eviction(
+    job: PodMigrationJob,
+    pod: Pod | None,
+    plan: EvictionPlan,
+    now: datetime,
+    rates: MigrationRates | None,
+) -> _Evicting:
+    """Step 5c: evict the pod (condition ``Eviction`` False, reason ``Evicting``), then, once
+    it is gone or replaced by another pod of its name, condition ``Eviction`` True, reason
+    ``EvictComplete``. A dry run completes at once: there is nothing to wait for."""
+    found = _condition(job, COND_EVICTION)
+    if found is not None and found.status == "True":
+        return _Evicting(done=True, job=job)
+    namespace, name = _pod_key(job)
+    complete = Note(
+        NORMAL, REASON_EVICT_COMPLETE, MESSAGE_EVICT_COMPLETE.format(_quoted(namespace, name))
+    )
+    if found is not None and found.reason == REASON_EVICTING:
+        if pod is not None:
+            return _Evicting(done=False, step=Step(job=job))  # still there: wait
+        after = _progress(job, COND_EVICTION, "True", now, reason=REASON_EVICT_COMPLETE)
+        return _Evicting(done=True, job=after, notes=(complete,))
+    if pod is None:
+        return _Evicting(done=False, step=missing_pod(job))
+    held = _throttled(job, rates, now)
+    if held is not None:
+        return _Evicting(done=False, step=held)
+    reason = job.metadata.annotations.get(k.ANNOTATION_EVICT_REASON, "")
+    message = MESSAGE_EVICTING.format(
+        _quoted(namespace, name), f'"{pod.spec.node_name}"', f'"{reason}"'
+    )
+    after = _progress(job, COND_EVICTION, "False", now, reason=REASON_EVICTING, message=message)
+    evicting = Note(NORMAL, REASON_EVICTING, message)
+    evict = Eviction(pod=pod, job=job, plan=plan)
+    if plan.dry_run:
+        after = _progress(after, COND_EVICTION, "True", now, reason=REASON_EVICT_COMPLETE)
+        return _Evicting(done=True, job=after, notes=(evicting, complete), evict=evict)
+    return _Evicting(done=False, step=Step(job=after, evict=evict, notes=(evicting,)))
+
+
+def _with_notes(step: Step, notes: Iterable[Note]) -> Step:
+    return dataclasses.replace(step, notes=(*notes, *step.notes))
 
 
 def advance(
@@ -969,75 +1123,99 @@ def advance(
             plan = _plan(job, pod, limits)
         except ValueError as err:
             return _fail(job, REASON_FAILED_EVICT, str(err))
+    namespace, pod_name = _pod_key(job)
     if _mode(job, limits) == MODE_EVICT_DIRECTLY:
-        if pod is None:
-            namespace, name = _pod_key(job)
-            message = f'Pod "{namespace}/{name}" not found'
-            return Step(job=_ended(job, FAILED, REASON_MISSING_POD, message))
-        held = _throttled(job, rates, now)
-        if held is not None:
-            return held
-        step = _evict(job, pod, plan, now)
-        assert step.job is not None
-        done = _ended(step.job, SUCCEEDED, REASON_EVICT_COMPLETE, f"pod {plan.verb}")
-        return Step(job=done, evict=step.evict)
+        evicting = _eviction(job, pod, plan, now, rates)
+        if not evicting.done:
+            assert evicting.step is not None
+            return evicting.step
+        assert evicting.job is not None
+        message = MESSAGE_EVICT_COMPLETE.format(_quoted(namespace, pod_name))
+        done = _status(
+            evicting.job, phase=SUCCEEDED, status=STATUS_COMPLETE, reason="", message=message
+        )
+        return Step(job=done, evict=evicting.evict, notes=evicting.notes)
+    notes: list[Note] = []
+    evict: Eviction | None = None
+    refused: Condition | None = None
     name = reservation_name(job)
     reservation = world.reservations.get(name)
-    created = _done(job, COND_RESERVATION_CREATED)
-    if not created:
+    if not _done(job, COND_RESERVATION_CREATED):
         if reservation is not None:  # given in reservationRef, or created by an earlier pass
             job = _reservation_ref(job, reservation)
-            job = _set_condition(job, COND_RESERVATION_CREATED, "True", now)
-            created = True
+            job = _progress(job, COND_RESERVATION_CREATED, "True", now)
         elif name != job.metadata.uid:
-            message = f"reservation {name} named in reservationRef not found"
-            return _fail(job, REASON_MISSING_RESERVATION, message)
+            return _missing_reservation(job, name)
         else:
             if pod is None:
-                namespace, pod_name = _pod_key(job)
-                message = f'Pod "{namespace}/{pod_name}" not found'
-                return Step(job=_ended(job, FAILED, REASON_MISSING_POD, message))
+                return missing_pod(job)
             made = reservation_for(job, pod, _ttl(job, limits), now)
-            after = _set_condition(job, COND_RESERVATION_CREATED, "True", now)
-            after = _status(after, reason=COND_RESERVATION_CREATED, message=f"reservation {name}")
-            return Step(job=after, create=made)
+            after = _progress(job, COND_RESERVATION_CREATED, "True", now)
+            note = Note(NORMAL, COND_RESERVATION_CREATED, MESSAGE_RESERVATION_CREATED.format(name))
+            return Step(job=after, create=made, notes=(note,))
     if reservation is None:
-        return _fail(job, REASON_MISSING_RESERVATION, f"reservation {name} is gone")
+        return _missing_reservation(job, name)
     job = _reservation_ref(job, reservation)
     phase = reservation.status.phase
-    if phase == FAILED:
-        ready = next((c for c in reservation.status.conditions if c.type == "Ready"), None)
-        why = ready.message if ready is not None and ready.message else "expired"
-        return _fail(job, REASON_RESERVATION_EXPIRED, f"reservation {name}: {why}")
-    if not _done(job, COND_RESERVATION_SCHEDULED):
+    scheduled = _done(job, COND_RESERVATION_SCHEDULED)
+    if not scheduled:
         refused = _unschedulable(reservation)
         if refused is not None:
-            message = refused.message or "the reservation cannot be scheduled"
-            return _fail(job, REASON_UNSCHEDULABLE, message)
-        if not (reservation.status.node_name and phase == "Available"):
-            return Step(job=job)
-        job = _set_condition(job, COND_RESERVATION_SCHEDULED, "True", now)
-        job = _replace(job, status=_replace(job.status, node_name=reservation.status.node_name))
-    evicted: Eviction | None = None
-    if not _done(job, COND_EVICTION):
-        held = _throttled(job, rates, now) if pod is not None else None
-        if held is not None:
-            return held
-        step = _evict(job, pod, plan, now)
-        assert step.job is not None
-        job, evicted = step.job, step.evict
+            after = _progress(
+                job,
+                COND_RESERVATION_SCHEDULED,
+                "False",
+                now,
+                reason=REASON_UNSCHEDULABLE,
+                message=refused.message,
+            )
+            if after is not job:
+                notes.append(Note(WARNING, REASON_UNSCHEDULABLE, refused.message))
+            job = after
+        if phase in ("", "Pending"):
+            return Step(job=job, notes=tuple(notes))  # the scheduler has not placed it yet
+    if phase == FAILED and _expired(reservation):
+        return _with_notes(
+            _fail(job, REASON_RESERVATION_EXPIRED, "Reservation expired", event=False), notes
+        )
+    node = reservation.status.node_name
+    if not node:
+        message = refused.message if not scheduled and refused is not None else ""
+        return _with_notes(_fail(job, REASON_UNSCHEDULABLE, message, event=False), notes)
+    if not scheduled:
+        if pod is not None and node == pod.spec.node_name:
+            message = MESSAGE_SAME_NODE.format(f'"{name}"')
+            return _with_notes(_fail(job, REASON_FORBIDDEN_MIGRATE_POD, message), notes)
+        job = _replace(job, status=_replace(job.status, node_name=node))
+        job = _progress(job, COND_RESERVATION_SCHEDULED, "True", now)
+        notes.append(
+            Note(
+                NORMAL, COND_RESERVATION_SCHEDULED, MESSAGE_RESERVATION_SCHEDULED.format(name, node)
+            )
+        )
     bound = _replacement(job, reservation, world)
+    if not _done(job, COND_EVICTION):
+        if phase == SUCCEEDED and bound is None and _condition(job, COND_EVICTION) is None:
+            message = "Reservation is already bound by another Pod"
+            return _with_notes(_fail(job, REASON_FORBIDDEN_MIGRATE_POD, message), notes)
+        evicting = _eviction(job, pod, plan, now, rates)
+        if not evicting.done:
+            assert evicting.step is not None
+            return _with_notes(evicting.step, notes)
+        assert evicting.job is not None
+        job, evict = evicting.job, evicting.evict
+        notes.extend(evicting.notes)
     if bound is None:
-        job = _set_condition(
+        after = _progress(
             job,
             COND_POD_BOUND_RESERVATION,
             "False",
             now,
             reason=REASON_WAIT_FOR_POD_BIND_RESERVATION,
         )
-        job = _status(job, reason=REASON_WAIT_FOR_POD_BIND_RESERVATION, message="")
-        return Step(job=job, evict=evicted)
-    job = _set_condition(job, COND_POD_BOUND_RESERVATION, "True", now)
+        if after is not job:
+            notes.append(Note(NORMAL, REASON_WAIT_FOR_POD_BIND_RESERVATION, MESSAGE_WAIT_FOR_BIND))
+        return Step(job=after, evict=evict, notes=tuple(notes))
     new_ref = ObjectReference(
         api_version=bound.api_version,
         kind=bound.kind,
@@ -1045,21 +1223,43 @@ def advance(
         name=bound.metadata.name,
         uid=bound.metadata.uid,
     )
+    bound_name = _quoted(new_ref.namespace, new_ref.name)
+    if not _done(job, COND_RESERVATION_BOUND):
+        job = _set_condition(job, COND_RESERVATION_BOUND, "True", now)
+        notes.append(Note(NORMAL, COND_POD_BOUND_RESERVATION, MESSAGE_BOUND.format(bound_name)))
     job = _replace(
         job, status=_replace(job.status, pod_ref=new_ref, node_name=bound.spec.node_name)
     )
     if not _pod_ready(bound):
-        job = _set_condition(
+        after = _progress(
             job, COND_BOUND_POD_READY, "False", now, reason=REASON_WAIT_FOR_BOUND_POD_READY
         )
-        job = _status(job, reason=REASON_WAIT_FOR_BOUND_POD_READY, message="")
-        return Step(job=job, evict=evicted)
-    job = _set_condition(job, COND_BOUND_POD_READY, "True", now)
-    message = (
-        f"pod {new_ref.namespace}/{new_ref.name} runs in reservation {name}"
-        f" on node {bound.spec.node_name}"
+        if after is not job:
+            message = MESSAGE_WAIT_FOR_READY.format(f"{new_ref.namespace}/{new_ref.name}")
+            notes.append(Note(NORMAL, REASON_WAIT_FOR_BOUND_POD_READY, message))
+        return Step(job=after, evict=evict, notes=tuple(notes))
+    notes.append(Note(NORMAL, COND_BOUND_POD_READY, MESSAGE_BOUND_POD_READY.format(bound_name)))
+    job = _progress(job, COND_BOUND_POD_READY, "True", now)
+    message = MESSAGE_COMPLETE.format(bound_name, f'"{name}"')
+    job = _set_condition(job, COND_POD_BOUND_RESERVATION, "True", now, message=message)
+    job = _status(job, phase=SUCCEEDED, status=STATUS_COMPLETE, reason="", message=message)
+    notes.append(Note(NORMAL, STATUS_COMPLETE, message))
+    return Step(job=job, evict=evict, notes=tuple(notes))
+
+
+def _missing_reservation(job: PodMigrationJob, name: str) -> Step:
+    ref = job.spec.reservation_options.reservation_ref if job.spec.reservation_options else None
+    namespace = ref.namespace if ref is not None else ""
+    return _fail(
+        job,
+        REASON_MISSING_RESERVATION,
+        MESSAGE_MISSING_RESERVATION.format(_quoted(namespace, name)),
     )
-    return Step(job=_ended(job, SUCCEEDED, "", message), evict=evicted)
+
+
+def _expired(reservation: Reservation) -> bool:
+    ready = next((c for c in reservation.status.conditions if c.type == "Ready"), None)
+    return ready is not None and ready.reason == "Expired"
 
 
 def _timeout(job: PodMigrationJob, limits: Limits, now: datetime) -> datetime | None:
@@ -1199,9 +1399,7 @@ class MigrationController:
                 continue
             due = _timeout(job, limits, now)
             if due is not None and now >= due:
-                ttl = Duration.from_seconds(_ttl(job, limits).total_seconds())
-                aborted = _ended(job, ABORTED, REASON_TIMEOUT, f"not done within its TTL of {ttl}")
-                steps.append(Step(job=aborted, delete_reservation=_created_reservation(job)))
+                steps.append(_fail(job, REASON_TIMEOUT, MESSAGE_TIMEOUT))
                 continue
             if due is not None:
                 wakes.append(due)
@@ -1212,7 +1410,8 @@ class MigrationController:
             arbitration = arbitrate(kept, world, limits, now, rates=rates)
             if arbitration.wake_at is not None:
                 wakes.append(arbitration.wake_at)
-            steps.extend(Step(job=j) for j in arbitration.missing)
+            steps.extend(missing_pod(j) for j in arbitration.missing)
+            steps.extend(forbidden(j, pod) for j, pod in arbitration.forbidden)
             running = [j for j in kept if j.status.phase == RUNNING and not j.spec.paused]
             steps.extend(
                 advance(j, world, limits, now, rates=rates)
@@ -1269,6 +1468,7 @@ class MigrationController:
         ok = True
         for step in steps:
             job = step.job
+            notes = step.notes
             try:
                 if step.create is not None and job is not None:
                     try:
@@ -1276,22 +1476,29 @@ class MigrationController:
                     except AlreadyExists:
                         pass  # made by an earlier pass whose write of the job failed
                     except StoreError as err:
-                        job = _ended(job, FAILED, REASON_FAILED_CREATE_RESERVATION, str(err))
+                        message = f"Failed to create Reservation caused by {err}"
+                        job = _ended(job, FAILED, REASON_FAILED_CREATE_RESERVATION, message)
+                        notes = (Note(WARNING, REASON_FAILED_CREATE_RESERVATION, message),)
                     else:
                         job = _reservation_ref(job, made)
                 if step.evict is not None:
                     try:
                         self._evict(ctx, step.evict)
                     except StoreError as err:
-                        # Still Running, without the Eviction condition: tried again.
+                        # Back to before the eviction: tried again.
                         log.warning("PodMigrationJob %s: eviction failed: %s", _job_name(step), err)
                         job = _status(step.evict.job, reason=REASON_FAILED_EVICT, message=str(err))
+                        pod = step.evict.pod.metadata
+                        failed = (
+                            f"Failed evict Pod {_quoted(pod.namespace, pod.name)} caused by {err}"
+                        )
+                        notes = (Note(WARNING, REASON_EVICTING, failed),)
                         ok = False
                 if step.delete_reservation:
                     self._delete_reservation(store, step.delete_reservation)
                 if job is not None:
-                    store.update(job)
-                    self._announce(ctx, job)
+                    written = store.update(job)
+                    self._announce(ctx, written, notes)
             except StoreError as err:
                 log.warning("PodMigrationJob %s: write failed: %s", _job_name(step), err)
                 ok = False
@@ -1346,11 +1553,12 @@ class MigrationController:
             job.metadata.name,
         )
 
-    def _announce(self, ctx: LoopContext, job: PodMigrationJob) -> None:
+    def _announce(self, ctx: LoopContext, job: PodMigrationJob, notes: Sequence[Note]) -> None:
+        events = self._events(ctx)
+        for note in notes:
+            events.record(job, type=note.type, reason=note.reason, message=note.message)
         phase = job.status.phase
-        if phase in (FAILED, ABORTED):
-            reason = job.status.reason or phase
-            self._events(ctx).record(job, type=WARNING, reason=reason, message=job.status.message)
-            log.info("PodMigrationJob %s %s: %s", job.metadata.name, phase, job.status.message)
+        if phase == FAILED:
+            log.info("PodMigrationJob %s failed: %s", job.metadata.name, job.status.message)
         elif phase == SUCCEEDED:
             log.info("PodMigrationJob %s succeeded: %s", job.metadata.name, job.status.message)

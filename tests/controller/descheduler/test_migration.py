@@ -54,7 +54,6 @@ from controller.descheduler.config import DeschedulerConfigError, load_configura
 from controller.descheduler.evictionpolicy import ANNOTATION_SOFT_EVICTION
 from controller.descheduler.evictor import MigrationControllerArgs, ObjectLimiter
 from controller.descheduler.migration import (
-    ABORTED,
     FAILED,
     MODE_EVICT_DIRECTLY,
     PENDING,
@@ -265,8 +264,36 @@ def test_reservation_first_moves_a_job_pod_into_a_reservation_on_another_node(
         "ReservationScheduled": "True",
         "Eviction": "True",
         "PodBoundReservation": "True",
+        "ReservationBound": "True",
         "BoundPodReady": "True",
     }
+    name = reservation.metadata.name
+    new_pod = f'"team-a/{new.metadata.name}"'
+    complete = f'Bind Pod {new_pod} in Reservation "{name}"'
+    assert (job.status.status, job.status.reason, job.status.message) == ("Complete", "", complete)
+    # The job's Events, as v1.8 records them, in order.
+    assert [
+        (e.type, e.reason, e.message)
+        for e in by_kind(objects, Event)
+        if isinstance(e, Event) and e.involved_object.kind == "PodMigrationJob"
+    ] == [
+        ("Normal", "ReservationCreated", f'Successfully create Reservation "{name}"'),
+        ("Normal", "ReservationScheduled", f'Assigned Reservation "{name}" to node "node-b"'),
+        (
+            "Normal",
+            "Evicting",
+            f'Pod "team-a/{old.metadata.name}" evicted from node "node-a" by the reason "{REASON}"',
+        ),
+        ("Normal", "EvictComplete", f'Pod "team-a/{old.metadata.name}" has been evicted'),
+        ("Normal", "PodBoundReservation", f"Reservation bound by pod {new_pod}"),
+        (
+            "Normal",
+            "WaitForBoundPodReady",
+            f"Waiting for Bound Pod team-a/{new.metadata.name} Ready",
+        ),
+        ("Normal", "BoundPodReady", f"Bind pod {new_pod} is ready"),
+        ("Normal", "Complete", complete),
+    ]
     [evicted] = [
         e for e in by_kind(objects, Event) if isinstance(e, Event) and e.reason == "Evicted"
     ]
@@ -291,16 +318,21 @@ def test_reservation_first_moves_a_job_pod_into_a_reservation_on_another_node(
     assert schema_errors(validator(shared_dir, RESERVATION_KEY), wire(reservation)) == []
 
 
-def test_an_unschedulable_reservation_fails_the_job_and_leaves_the_pod_alone() -> None:
+def test_an_unschedulable_reservation_holds_the_job_until_it_times_out() -> None:
+    """As v1.8: the reservation stays Pending, the job tells why, and at its TTL (5 minutes by
+    default) it fails with ``Timeout``, its reservation deleted and the pod left alone."""
     migrate = Migrate(open_node_b=False)  # node-b stays cordoned: nowhere else to go
-    objects = run_cluster(migrate, job_of("Job"))
+    objects = run_cluster(migrate, job_of("Job"), max_time=timedelta(minutes=7))
     old = migrate.moved
     assert old is not None
 
     job = the(objects, PodMigrationJob)
     assert isinstance(job, PodMigrationJob)
-    assert (job.status.phase, job.status.reason) == (FAILED, "Unschedulable")
-    assert job.status.message  # the scheduler's words
+    assert (job.status.phase, job.status.reason) == (FAILED, "Timeout")
+    assert job.status.message == "Abort job caused by timeout"
+    [scheduled] = [c for c in job.status.conditions if c.type == "ReservationScheduled"]
+    assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
+    assert scheduled.message  # the scheduler's words
     assert by_kind(objects, Reservation) == []  # deleted with the failure
     pod = the(objects, Pod)
     assert isinstance(pod, Pod)
@@ -311,7 +343,12 @@ def test_an_unschedulable_reservation_fails_the_job_and_leaves_the_pod_alone() -
     )
     reasons = {e.reason for e in by_kind(objects, Event) if isinstance(e, Event)}
     assert "Evicted" not in reasons
-    assert "Unschedulable" in reasons  # announced on the job
+    warnings = [
+        e.reason
+        for e in by_kind(objects, Event)
+        if isinstance(e, Event) and e.involved_object.kind == "PodMigrationJob"
+    ]
+    assert warnings == ["ReservationCreated", "Unschedulable", "Timeout"]
 
 
 def test_evict_directly_evicts_and_the_job_brings_the_pod_back() -> None:
@@ -350,7 +387,7 @@ def reservations(store: Store) -> list[Reservation]:
     ]
 
 
-def test_a_job_past_its_ttl_is_aborted_then_scavenged(store: Store, clock: Clock) -> None:
+def test_a_job_past_its_ttl_fails_then_is_scavenged(store: Store, clock: Clock) -> None:
     pod = store.create(ready(make_pod("web-0", node="node-a", cpu=1000)))
     store.apply_many([make_node("node-a"), make_node("node-b")])
     store.create(pmj("move", pod))
@@ -369,7 +406,7 @@ def test_a_job_past_its_ttl_is_aborted_then_scavenged(store: Store, clock: Clock
     clock.now += timedelta(minutes=5)
     assert step(store, clock, loop) == 300.0  # until the scavenger, TTL + 5 minutes
     job = get_job(store)
-    assert (job.status.phase, job.status.reason) == (ABORTED, "Timeout")
+    assert (job.status.phase, job.status.reason) == (FAILED, "Timeout")
     assert reservations(store) == []
     assert store.get(store.registry.for_type(Pod), "web-0").metadata.uid == pod.metadata.uid
 
@@ -395,7 +432,48 @@ def test_a_job_for_a_missing_pod_fails(store: Store, clock: Clock) -> None:
     step(store, clock, MigrationController())
     job = get_job(store)
     assert (job.status.phase, job.status.reason) == (FAILED, "MissingPod")
-    assert job.status.message == 'Pod "default/gone" not found'
+    assert job.status.message == 'Abort job caused by missing Pod "default/gone"'
+    [event] = events(store)
+    assert (event.type, event.reason, event.message) == (
+        "Warning",
+        "MissingPod",
+        job.status.message,
+    )
+
+
+@pytest.mark.parametrize(
+    ("annotations", "phase"),
+    [
+        pytest.param({k.ANNOTATION_EVICTION_COST: str(2**31 - 1)}, FAILED, id="max-cost"),
+        pytest.param(
+            {k.ANNOTATION_EVICTION_COST: str(2**31 - 1), k.ANNOTATION_DESCHEDULER_EVICT: ""},
+            RUNNING,
+            id="max-cost-but-evict-asked",
+        ),
+        pytest.param({k.ANNOTATION_EVICTION_COST: "100"}, RUNNING, id="a-cost"),
+    ],
+)
+def test_a_pod_that_may_never_migrate_fails_its_job_at_arbitration(
+    store: Store, clock: Clock, annotations: dict[str, str], phase: str
+) -> None:
+    pod = store.create(ready(make_pod("web-0", annotations=annotations)))
+    store.apply_many([make_node("node-a"), make_node("node-b")])
+    store.create(pmj("move", pod))
+    step(store, clock, MigrationController())
+    job = get_job(store)
+    assert job.status.phase == phase
+    if phase == FAILED:
+        message = (
+            'Pod "default/web-0" is forbidden to migrate because it does not meet the requirements'
+        )
+        assert (job.status.reason, job.status.message) == ("ForbiddenMigratePod", message)
+        assert reservations(store) == []
+        [event] = events(store)
+        assert (event.type, event.reason, event.message) == (
+            "Warning",
+            "ForbiddenMigratePod",
+            message,
+        )
 
 
 def test_the_reservation_is_scheduled_then_the_pod_evicted_and_the_replacement_awaited(
@@ -415,9 +493,15 @@ def test_the_reservation_is_scheduled_then_the_pod_evicted_and_the_replacement_a
     store.update(available)
     step(store, clock, loop)
     job = get_job(store)
-    assert job.status.phase == RUNNING
-    assert (job.status.reason, job.status.node_name) == ("WaitForPodBindReservation", "node-b")
+    assert (job.status.phase, job.status.status) == (RUNNING, "Eviction")
+    assert (job.status.reason, job.status.node_name) == ("Evicting", "node-b")
     assert not store.exists(store.registry.for_type(Pod), "web-0")
+    step(store, clock, loop)  # the pod is gone: the eviction is complete
+    job = get_job(store)
+    assert (job.status.status, job.status.reason) == (
+        "PodBoundReservation",
+        "WaitForPodBindReservation",
+    )
     # The replacement binds into it but is not Ready yet, then is.
     allocated = f'{{"name":"{reservation.metadata.name}","uid":"{reservation.metadata.uid}"}}'
     new = ready(
@@ -441,7 +525,7 @@ def test_the_reservation_is_scheduled_then_the_pod_evicted_and_the_replacement_a
 
 
 @pytest.mark.parametrize(
-    ("reservation_status", "reason"),
+    ("reservation_status", "phase", "reason"),
     [
         pytest.param(
             {
@@ -455,8 +539,9 @@ def test_the_reservation_is_scheduled_then_the_pod_evicted_and_the_replacement_a
                     ),
                 ),
             },
+            RUNNING,
             "Unschedulable",
-            id="unschedulable",
+            id="unschedulable-waits",
         ),
         pytest.param(
             {
@@ -465,13 +550,14 @@ def test_the_reservation_is_scheduled_then_the_pod_evicted_and_the_replacement_a
                     Condition(type="Ready", status="False", reason="Expired", message="expired"),
                 ),
             },
+            FAILED,
             "ReservationExpired",
             id="expired",
         ),
     ],
 )
-def test_a_reservation_that_cannot_be_used_fails_the_job_and_is_deleted(
-    store: Store, clock: Clock, reservation_status: dict[str, object], reason: str
+def test_a_reservation_that_cannot_be_placed_holds_the_job_and_an_expired_one_fails_it(
+    store: Store, clock: Clock, reservation_status: dict[str, object], phase: str, reason: str
 ) -> None:
     pod = ready(make_pod("web-0", node="node-a"))
     store.apply_many([make_node("node-a"), pod])
@@ -482,15 +568,15 @@ def test_a_reservation_that_cannot_be_used_fails_the_job_and_is_deleted(
     store.update(replace(reservation, status=replace(reservation.status, **reservation_status)))
     step(store, clock, loop)
     job = get_job(store)
-    assert (job.status.phase, job.status.reason) == (FAILED, reason)
-    assert reservations(store) == []
+    assert (job.status.phase, job.status.reason) == (phase, reason)
+    assert len(reservations(store)) == (1 if phase == RUNNING else 0)
     assert store.exists(store.registry.for_type(Pod), "web-0")
 
 
 @pytest.mark.parametrize(
     ("existing", "phase", "reason"),
     [
-        pytest.param(True, RUNNING, "WaitForPodBindReservation", id="given-and-available"),
+        pytest.param(True, RUNNING, "Evicting", id="given-and-available"),
         pytest.param(False, FAILED, "MissingReservation", id="given-but-missing"),
     ],
 )
@@ -526,7 +612,7 @@ def test_max_migrating_per_node_holds_the_third_job_until_one_ends(
     loop = MigrationController()
     step(store, clock, loop)
     assert [get_job(store, f"m{i}").status.phase for i in range(3)] == [RUNNING, RUNNING, ""]
-    # The first one's reservation cannot be placed: it fails, and the third may go.
+    # The first one's reservation expires: it fails, and the third may go.
     first = next(
         r for r in reservations(store) if r.metadata.name == get_job(store, "m0").metadata.uid
     )
@@ -535,7 +621,8 @@ def test_max_migrating_per_node_holds_the_third_job_until_one_ends(
             first,
             status=replace(
                 first.status,
-                conditions=(Condition(type="Scheduled", status="False", reason="Unschedulable"),),
+                phase="Failed",
+                conditions=(Condition(type="Ready", status="False", reason="Expired"),),
             ),
         )
     )
@@ -1037,7 +1124,9 @@ def test_evictions_wait_for_a_token_and_the_loop_wakes_when_it_is_due(
         wait = step(store, clock, loop)
         evicted.append(sum(_pod_gone(store, p.metadata.name) for p in pods) - before)
         held = [
-            j for j in (get_job(store, f"m{i}") for i in range(3)) if j.status.phase != SUCCEEDED
+            get_job(store, f"m{i}")
+            for i, p in enumerate(pods)
+            if not _pod_gone(store, p.metadata.name)
         ]
         assert all((j.status.phase, j.status.reason) == (RUNNING, "TooManyEvictions") for j in held)
         if held:
@@ -1046,6 +1135,7 @@ def test_evictions_wait_for_a_token_and_the_loop_wakes_when_it_is_due(
             assert wait == pytest.approx(gap, abs=1e-3)  # the next token, not the TTL
             clock.now += timedelta(seconds=wait)
     assert evicted == per_pass
+    step(store, clock, loop)  # every pod gone: every eviction complete
     assert all(get_job(store, f"m{i}").status.phase == SUCCEEDED for i in range(3))
 
 
@@ -1074,6 +1164,7 @@ def test_a_reservation_first_eviction_waits_for_a_token(store: Store, clock: Clo
     clock.now += timedelta(seconds=2)
     step(store, clock, loop)
     assert _pod_gone(store, "p1")
+    step(store, clock, loop)
     assert get_job(store, "m1").status.reason == "WaitForPodBindReservation"
 
 
@@ -1224,8 +1315,12 @@ def test_the_eviction_policy_and_delete_options(
     labels = {k.LABEL_EVICT_POLICY: label} if label is not None else None
     pod = store.create(ready(make_pod("web-0", owner=replicaset("rs0"), labels=labels)))
     store.create(_direct("move", pod, delete_options=delete_options))
-    step(store, clock, MigrationController(Limits(eviction_policy=policy)))
-    assert get_job(store).status.phase == SUCCEEDED
+    loop = MigrationController(Limits(eviction_policy=policy))
+    step(store, clock, loop)
+    step(store, clock, loop)
+    # Done once the pod is gone (or at once for a dry run); a soft-evicted pod is waited for.
+    soft = label == "SoftEviction"
+    assert get_job(store).status.phase == (RUNNING if soft else SUCCEEDED)
     assert _pod_gone(store, "web-0") is gone
     [recorded] = [e for e in events(store) if e.involved_object.kind == "Pod"]
     assert ((recorded.type, recorded.reason), recorded.message) == (event, message)
@@ -1254,13 +1349,18 @@ def test_a_soft_evicted_pod_is_left_to_its_owner(store: Store, clock: Clock) -> 
     step(store, clock, loop)
     step(store, clock, loop)  # marked once: nothing more is written
     job = get_job(store)
-    assert (job.status.phase, job.status.reason) == (RUNNING, "WaitForPodBindReservation")
+    assert (job.status.phase, job.status.reason) == (RUNNING, "Evicting")
     kept = store.get(store.registry.for_type(Pod), "web-0")
     mark = json.loads(kept.metadata.annotations[ANNOTATION_SOFT_EVICTION])
     assert mark["initiator"] == "PodMigrationJob move (LowNodeLoad)"
     assert mark["reason"] == REASON
     assert mark["deleteOptions"] == {"gracePeriodSeconds": 9}
     assert [e.count for e in events(store) if e.reason == "Evicted"] == [1]
+    # The owner deletes it: the eviction is complete, the job waits for the replacement.
+    store.delete(store.registry.for_type(Pod), "web-0", "default")
+    step(store, clock, loop)
+    job = get_job(store)
+    assert (job.status.phase, job.status.reason) == (RUNNING, "WaitForPodBindReservation")
 
 
 @pytest.mark.parametrize(
@@ -1339,7 +1439,8 @@ def test_the_policy_and_rates_come_from_the_descheduler_configuration(
     assert loop.limits.eviction_policy == "Delete"
     assert [_pod_gone(store, p.metadata.name) for p in pods] == [True, False]
     assert wait == pytest.approx(2.0, abs=1e-3)
-    assert [e.message.split(" by ")[0] for e in events(store)] == ["deleted"]
+    pod_events = [e for e in events(store) if e.involved_object.kind == "Pod"]
+    assert [e.message.split(" by ")[0] for e in pod_events] == ["deleted"]
 
 
 def test_args_the_loop_cannot_use_keep_the_limits_in_force(store: Store, clock: Clock) -> None:
