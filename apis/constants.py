@@ -260,6 +260,8 @@ LABEL_SECONDARY_DEVICE_WELL_PLANNED: Final = "node.koordinator.sh/secondary-devi
 ANNOTATION_GPU_PARTITIONS: Final = "scheduling.koordinator.sh/gpu-partitions"
 #: Pod and node label: GPU isolation provider (e.g. ``HAMi-core``).
 LABEL_GPU_ISOLATION_PROVIDER: Final = "koordinator.sh/gpu-isolation-provider"
+#: The isolation provider HAMi's in-container controller names.
+GPU_ISOLATION_PROVIDER_HAMI_CORE: Final = "HAMi-core"
 
 GPU_VENDOR_NVIDIA: Final = "nvidia"
 GPU_VENDOR_HUAWEI: Final = "huawei"

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from apis.devicenames import translated
 from apis.meta import (
     Condition,
     LabelSelector,
@@ -373,9 +374,10 @@ class Pod(Object):
 
 
 def _effective(req: ResourceRequirements) -> dict[str, int]:
-    """Requests, with a limit standing in for a missing request (API-server defaulting)."""
-    merged = dict(req.limits)
-    merged.update(req.requests)
+    """Requests, with a limit standing in for a missing request (API-server defaulting);
+    deprecated device names read as their successors (:mod:`apis.devicenames`)."""
+    merged = dict(translated(req.limits))
+    merged.update(translated(req.requests))
     return merged
 
 
@@ -427,7 +429,7 @@ def pod_requests(pod: Pod | PodSpec) -> ResourceList:
     _add_into(total, sidecars)
     _max_into(total, init_peak)
     total.update(_effective(spec.resources))
-    _add_into(total, spec.overhead)
+    _add_into(total, translated(spec.overhead))
     return ResourceList(total)
 
 
@@ -490,12 +492,13 @@ class Node(Object):
 
     @property
     def allocatable(self) -> ResourceList:
-        """Allocatable, or capacity when the node reports no allocatable."""
-        return self.status.allocatable or self.status.capacity
+        """Allocatable, or capacity when the node reports no allocatable; deprecated device
+        names read as their successors (:mod:`apis.devicenames`)."""
+        return translated(self.status.allocatable or self.status.capacity)
 
     @property
     def capacity(self) -> ResourceList:
-        return self.status.capacity
+        return translated(self.status.capacity)
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.status.conditions if c.type == type_), None)

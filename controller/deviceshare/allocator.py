@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 #: The GPU isolation provider whose absence has its own message.
-HAMI_CORE: Final = "HAMi-core"
+HAMI_CORE: Final = k.GPU_ISOLATION_PROVIDER_HAMI_CORE
 _JOINT_VIOLATION: Final = "node(s) Device Joint-Allocate rules violation"
 _NO_PRIMARY: Final = "node(s) Insufficient primary device"
 _MULTI_SHARED: Final = "node(s) Unsupported Multi-Shared GPU"

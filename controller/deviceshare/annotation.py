@@ -7,10 +7,13 @@ annotation is its JSON, both ways::
      "rdma":[{"minor":1,"id":"0000:10:00.0","resources":{"koordinator.sh/rdma":"100"}}]}
 
 :func:`adapter_annotations` adds what vendor device plugins read (gate
-``DevicePluginAdaption``): bind time and GPU minors for every vendor, Huawei's
-``huawei.com/npu-core`` / ``huawei.com/Ascend310P``, MetaX's
+``DevicePluginAdaption``, spec §3.5): the bind time for a pod given any device; for GPUs their
+minors and, for a HAMi-core pod, the ``hami.io/vgpu-node`` label; Huawei's ``predicate-time``
+and ``huawei.com/npu-core`` / ``huawei.com/Ascend310P``, MetaX's
 ``metax-tech.com/gpu-devices-allocated`` and Cambricon's sMLU profile, with the node lock
-those plugins expect (:func:`node_lock_value`, :func:`node_lock_free`).
+those plugins expect (:func:`node_lock_value`, :func:`node_lock_free`). What a vendor's plugin
+cannot take raises :class:`AdaptError`. Resources written with the deprecated
+``kubernetes.io/`` names read as their successors (:mod:`apis.devicenames`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Final
 import msgspec
 
 from apis import constants as k
+from apis.devicenames import translated
 from apis.quantity import QuantityError
 from apis.resources import ResourceList
 
@@ -30,6 +34,7 @@ __all__ = [
     "EMPTY_ALLOCATION",
     "NODE_LOCKS",
     "NODE_LOCK_EXPIRY",
+    "AdaptError",
     "AdapterOutput",
     "AllocatedDevice",
     "AllocatedVF",
@@ -148,7 +153,7 @@ def encode_allocation(allocation: Allocation) -> str:
 
 def _from_wire(device_type: str, entry: _WireEntry) -> AllocatedDevice:
     try:
-        resources = ResourceList.parse(entry.resources)
+        resources = translated(ResourceList.parse(entry.resources))
     except QuantityError as err:
         raise AllocationFormatError(f"{device_type} minor {entry.minor}: {err}") from None
     extension = entry.extension or _WireExtension()
@@ -222,35 +227,63 @@ def node_lock_free(value: str, now: datetime, holder_exists: Callable[[str, str]
     return not holder_exists(parts[1], parts[2])
 
 
-def _cambricon(gpus: tuple[AllocatedDevice, ...]) -> dict[str, str]:
-    annotations = {k.ANNOTATION_CAMBRICON_DSMLU_ASSIGNED: "false"}
-    if len(gpus) == 1:
-        (card,) = gpus
-        core = card.resources.get_amount(k.RESOURCE_GPU_CORE)
-        slices = card.resources.get_amount(k.RESOURCE_GPU_MEMORY) // (256 * _MIB)
-        annotations[k.ANNOTATION_CAMBRICON_DSMLU_PROFILE] = f"{card.minor}_{core}_{slices}"
-    return annotations
+class AdaptError(ValueError):
+    """An allocation a vendor's device plugin cannot take (Koordinator fails PreBind)."""
+
+
+#: The least memory a Cambricon dynamic sMLU and a MetaX sGPU are cut in.
+_CAMBRICON_MEMORY_UNIT: Final = 256 * _MIB
+_METAX_MEMORY_UNIT: Final = _MIB
+
+
+def _core_and_memory(card: AllocatedDevice, unit: int) -> tuple[int, int]:
+    """A card's compute (percent) and memory in ``unit``s; :class:`AdaptError` when it gives
+    no compute or less memory than one unit."""
+    if k.RESOURCE_GPU_CORE not in card.resources:
+        raise AdaptError("gpu core resource is required")
+    memory = card.resources.get_amount(k.RESOURCE_GPU_MEMORY)
+    if memory < unit:
+        raise AdaptError(f"gpu memory must not be less than {unit} bytes")
+    return card.resources.get_amount(k.RESOURCE_GPU_CORE), memory // unit
+
+
+def _cambricon(gpus: tuple[AllocatedDevice, ...], _model: str) -> dict[str, str]:
+    if len(gpus) > 1:
+        raise AdaptError("multiple gpu share is not supported on device side")
+    (card,) = gpus
+    core, slices = _core_and_memory(card, _CAMBRICON_MEMORY_UNIT)
+    return {
+        k.ANNOTATION_CAMBRICON_DSMLU_ASSIGNED: "false",
+        k.ANNOTATION_CAMBRICON_DSMLU_PROFILE: f"{card.minor}_{core}_{slices}",
+    }
 
 
 def _huawei(gpus: tuple[AllocatedDevice, ...], model: str) -> dict[str, str]:
+    first = gpus[0]
     if model == k.MODEL_ASCEND_310P3_300I_DUO:
+        if first.template:
+            raise AdaptError(f'model "{model}" does not support vNPU')
         cards = ",".join(f"Ascend310P-{d.minor}" for d in gpus)
         return {k.ANNOTATION_HUAWEI_ASCEND_310P: cards}
-    if any(d.template for d in gpus):
-        return {k.ANNOTATION_HUAWEI_NPU_CORE: ",".join(f"{d.minor}-{d.template}" for d in gpus)}
+    if first.template:
+        return {k.ANNOTATION_HUAWEI_NPU_CORE: f"{first.minor}-{first.template}"}
     return {k.ANNOTATION_HUAWEI_NPU_CORE: ",".join(str(d.minor) for d in gpus)}
 
 
-def _metax(gpus: tuple[AllocatedDevice, ...]) -> dict[str, str]:
-    devices = [
-        {
-            "uuid": d.id,
-            "compute": d.resources.get_amount(k.RESOURCE_GPU_CORE),
-            "vRam": d.resources.get_amount(k.RESOURCE_GPU_MEMORY) // _MIB,
-        }
-        for d in gpus
-    ]
+def _metax(gpus: tuple[AllocatedDevice, ...], _model: str) -> dict[str, str]:
+    devices = []
+    for card in gpus:
+        compute, vram = _core_and_memory(card, _METAX_MEMORY_UNIT)
+        devices.append({"uuid": card.id, "compute": compute, "vRam": vram})
     return {k.ANNOTATION_METAX_GPU_DEVICES_ALLOCATED: _ENCODER.encode([devices]).decode()}
+
+
+#: Vendor -> its device plugin's annotations for the GPUs given (and the node's model).
+_VENDORS: Final[Mapping[str, Callable[[tuple[AllocatedDevice, ...], str], dict[str, str]]]] = {
+    k.GPU_VENDOR_HUAWEI: _huawei,
+    k.GPU_VENDOR_METAX: _metax,
+    k.GPU_VENDOR_CAMBRICON: _cambricon,
+}
 
 
 def adapter_annotations(
@@ -263,24 +296,29 @@ def adapter_annotations(
     isolation_provider: str = "",
 ) -> AdapterOutput:
     """The vendor device-plugin annotations (and labels) for ``allocation`` on a node of
-    ``vendor``/``model``; nothing for a pod without GPUs."""
+    ``vendor``/``model``: the bind time for any device, the rest for GPUs only; nothing
+    without a device. :class:`AdaptError` (naming the vendor) for an allocation the vendor's
+    device plugin cannot take."""
+    if allocation.empty:
+        return AdapterOutput()
+    annotations = {k.ANNOTATION_BIND_TIMESTAMP: str(now_ns)}
     gpus = allocation.of(k.DEVICE_TYPE_GPU)
     if not gpus:
-        return AdapterOutput()
-    annotations = {
-        k.ANNOTATION_BIND_TIMESTAMP: str(now_ns),
-        k.ANNOTATION_GPU_MINORS: ",".join(str(d.minor) for d in gpus),
-    }
+        return AdapterOutput(annotations=annotations)
+    annotations[k.ANNOTATION_GPU_MINORS] = ",".join(str(d.minor) for d in gpus)
     labels: dict[str, str] = {}
+    if isolation_provider == k.GPU_ISOLATION_PROVIDER_HAMI_CORE:
+        labels[k.LABEL_HAMI_VGPU_NODE] = node_name
     if vendor == k.GPU_VENDOR_HUAWEI:
         annotations[k.ANNOTATION_HUAWEI_PREDICATE_TIME] = str(now_ns)
-        annotations.update(_huawei(gpus, model))
-    elif vendor == k.GPU_VENDOR_METAX:
-        annotations.update(_metax(gpus))
-    elif vendor == k.GPU_VENDOR_CAMBRICON:
-        annotations.update(_cambricon(gpus))
-    elif vendor in ("", k.GPU_VENDOR_NVIDIA) and isolation_provider == "HAMi-core":
-        labels[k.LABEL_HAMI_VGPU_NODE] = node_name
+    adapt = _VENDORS.get(vendor)
+    if adapt is not None:
+        try:
+            annotations.update(adapt(gpus, model))
+        except AdaptError as err:
+            raise AdaptError(
+                f'failed to adapt for GPU device plugin of vendor "{vendor}": {err}'
+            ) from None
     return AdapterOutput(
         annotations=annotations, labels=labels, node_lock=NODE_LOCKS.get(vendor, "")
     )

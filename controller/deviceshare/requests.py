@@ -16,7 +16,10 @@ in brackets; core and ratio are percent of one card)::
     gpu.shared + npu-core + npu-cpu [+ npu-dvpp] + gpu-memory
 
 A percentage above 100 must be a whole number of cards; with ``gpu.shared`` the core and ratio
-must split evenly over the shared cards and give none more than 100.
+must split evenly over the shared cards and give none more than 100. The deprecated
+``kubernetes.io/gpu*``, ``rdma`` and ``fpga`` names arrive already read as their
+``koordinator.sh/`` successors (:func:`apis.core.pod_requests`, :mod:`apis.devicenames`), so a
+refusal names the new spelling.
 """
 
 from __future__ import annotations

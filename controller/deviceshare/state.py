@@ -3,7 +3,8 @@
 :func:`node_state` builds it from the node's ``Device`` object and the ``device-allocated``
 annotations of its pods; :func:`apply` and :func:`release` give a new state with one
 allocation charged or returned (the state itself never changes). An unhealthy device keeps
-its place but offers nothing.
+its place but offers nothing. A Device's resources under the deprecated ``kubernetes.io/``
+names count as their ``koordinator.sh/`` successors (:mod:`apis.devicenames`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import msgspec
 
 from apis import constants as k
 from apis.core import Pod
+from apis.devicenames import translated
 from apis.labels import Selector
 from apis.quantity import QuantityError, to_canonical
 from apis.resources import ResourceList
@@ -196,6 +198,9 @@ class NodeDeviceState:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: The Device's own GPU partition table, if it gives one.
     partitions: PartitionTable | None = None
+    #: ``Honor``, ``Prefer`` or empty: the Device's label when the Device gives a partition
+    #: table, else the Node's (as v1.8 falls back to the Node for the built-in tables).
+    partition_policy: str = ""
     #: The MetaX sGPU QoS policies the node's cards support; None: the Device names none.
     sgpu_qos_policies: frozenset[str] | None = None
 
@@ -207,11 +212,6 @@ class NodeDeviceState:
     @property
     def model(self) -> str:
         return self.labels.get(k.LABEL_GPU_MODEL, "")
-
-    @property
-    def partition_policy(self) -> str:
-        """``Honor``, ``Prefer`` or empty."""
-        return self.labels.get(k.LABEL_GPU_PARTITION_POLICY, "")
 
     def partition_table(self) -> PartitionTable | None:
         """The Device's partition table, else the built-in one of its model, else None."""
@@ -270,7 +270,7 @@ def _slot(info: DeviceInfo) -> DeviceSlot | None:
         type=info.type,
         minor=info.minor,
         healthy=info.health,
-        total=info.resources,
+        total=translated(info.resources),
         id=info.id,
         labels=info.labels,
         numa=topology.node_id if topology is not None else -1,
@@ -362,11 +362,15 @@ def node_state(
                 _log.warning("device %s: ignoring %s", device.metadata.name, err)
         slots = [slot for info in device.spec.devices if (slot := _slot(info)) is not None]
         slots.sort(key=lambda s: (s.type, s.minor))
+    policy_source = (
+        device.metadata.labels if device is not None and partitions is not None else node_labels
+    )
     state = NodeDeviceState(
         node=node or (device.metadata.name if device is not None else ""),
         devices=tuple(slots),
         labels=labels,
         partitions=partitions,
+        partition_policy=(policy_source or {}).get(k.LABEL_GPU_PARTITION_POLICY, ""),
         sgpu_qos_policies=qos_policies,
     )
     held: dict[str, list[AllocatedDevice]] = {}

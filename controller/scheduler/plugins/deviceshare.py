@@ -27,8 +27,13 @@ state and calls the core where it must:
   :func:`~controller.deviceshare.allocate`.
 - **PreBind** writes ``scheduling.koordinator.sh/device-allocated``, and with
   ``devicePluginAdaption`` (Koordinator's ``DevicePluginAdaption`` gate, off by default) the
-  vendor device-plugin annotations and labels. (The vendor plugins' node lock is not taken:
-  koordpy's nodes run no vendor device plugin.)
+  vendor device-plugin annotations and labels. Their times (``bind-timestamp``,
+  ``predicate-time``) are the loop's clock at the pass (``set_time``; the simulated clock
+  under ``koordpy simulate``), a nanosecond later than the last one written when a pass binds
+  several pods. An allocation the vendor's device plugin cannot take (several Cambricon cards,
+  a share without compute or below the vendor's memory unit, a vNPU on an Ascend 310P 300I
+  Duo) fails PreBind with an Error naming the vendor, as v1.8's adapters do. (The vendor
+  plugins' node lock is not taken: koordpy's nodes run no vendor device plugin.)
 
 GPU shared-resource templates (Ascend vNPU shapes) come from the ConfigMap the args name
 (``koordinator-system/gpu-shared-resource-templates``, key ``data.yaml``), read at **sync**:
@@ -46,9 +51,9 @@ stays on the pod, where MetaX's device plugin reads it.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final, cast
 
 import numpy as np
@@ -74,6 +79,7 @@ from controller.deviceshare import (
     release,
     score_node,
 )
+from controller.deviceshare.annotation import AdaptError
 from controller.deviceshare.args import (
     MOST_ALLOCATED,
     ArgsError,
@@ -125,6 +131,14 @@ _EXACT_LIMIT: Final = 2**50 // 100
 _MEMO_LIMIT: Final = 4096
 _REGISTRY: Final = default_registry()
 _log = logging.getLogger(__name__)
+_UNIX_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _unix_ns(when: datetime) -> int:
+    """Nanoseconds since the Unix epoch, exactly (a naive time is UTC)."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - _UNIX_EPOCH) // timedelta(microseconds=1) * 1000
 
 
 class DeviceSharePluginArgs(DeviceShareArgs, fw.PluginArgs):
@@ -403,6 +417,18 @@ class DeviceShare:
         self._arrays = _Arrays(0, 0, self._names)
         #: A pod's requests -> PreFilter's answer, for pods whose requests say it all.
         self._prepared: dict[ResourceList, _PodRequest | Rejection] = {}
+        #: The loop's clock at this pass (unix nanoseconds), and the last bind time written.
+        self._now_ns = 0
+        self._stamped_ns = 0
+
+    def set_time(self, now: datetime) -> None:
+        self._now_ns = _unix_ns(now)
+
+    def _bind_time_ns(self) -> int:
+        """The pass's time, made strictly later than the last one written: a device plugin
+        tells the pods bound to a node apart by it."""
+        self._stamped_ns = max(self._now_ns, self._stamped_ns + 1)
+        return self._stamped_ns
 
     # -- cluster state ------------------------------------------------------------------------
 
@@ -964,14 +990,17 @@ class DeviceShare:
         labels: dict[str, str] = {}
         if self.args.device_plugin_adaption:
             node_state_ = self.state(reserved.node)
-            adapted = adapter_annotations(
-                reserved.allocation,
-                vendor=node_state_.vendor,
-                model=node_state_.model,
-                node_name=reserved.node,
-                now_ns=time.time_ns(),
-                isolation_provider=pod.pod.labels.get(k.LABEL_GPU_ISOLATION_PROVIDER, ""),
-            )
+            try:
+                adapted = adapter_annotations(
+                    reserved.allocation,
+                    vendor=node_state_.vendor,
+                    model=node_state_.model,
+                    node_name=reserved.node,
+                    now_ns=self._bind_time_ns(),
+                    isolation_provider=pod.pod.labels.get(k.LABEL_GPU_ISOLATION_PROVIDER, ""),
+                )
+            except AdaptError as err:
+                return fw.PreBindResult(fw.Status.of(fw.Code.ERROR, str(err), plugin=NAME))
             annotations.update(adapted.annotations)
             labels.update(adapted.labels)
         return fw.PreBindResult(annotations=annotations, labels=labels)

@@ -556,30 +556,34 @@ def test_builtin_partitions_of_h100(
     assert _allocated(result).minors("gpu") == tuple(minors)
 
 
+HONOR = {k.LABEL_GPU_PARTITION_POLICY: "Honor"}
+
+
 def test_honor_policy_refuses_what_no_partition_gives() -> None:
+    """A Device without a table of its own: the built-in table, honoured when the Node says
+    Honor (v1.8 reads the policy from the Node then)."""
     dev = h100_node()
-    honor = device(
-        dev.spec.devices,
-        model="H100-80GB-HBM3",
-        labels={k.LABEL_GPU_PARTITION_POLICY: "Honor"},
-    )
-    state = node_state(honor)
+    honor = device(dev.spec.devices, model="H100-80GB-HBM3", labels=HONOR)
+    state = node_state(honor, node_labels=HONOR)
     assert allocate(_request({"nvidia.com/gpu": "3"}), state) == Rejection(
         UNSCHEDULABLE_AND_UNRESOLVABLE, "node(s) Unsupported number of GPU requests"
     )
-    busy = node_state(honor, _holders(1, 5))
+    busy = node_state(honor, _holders(1, 5), node_labels=HONOR)
     assert allocate(_request({"nvidia.com/gpu": "4"}), busy) == Rejection(
         UNSCHEDULABLE, "Insufficient Partitioned GPU Devices"
     )
     assert _allocated(allocate(_request({"nvidia.com/gpu": "2"}), busy)).minors("gpu") == (2, 3)
-    other = device(
-        [gpu(m, numa=0, pcie="p") for m in range(4)],
-        model="A100",
-        labels={k.LABEL_GPU_PARTITION_POLICY: "Honor"},
-    )
-    assert allocate(_request({"nvidia.com/gpu": "2"}), node_state(other)) == Rejection(
-        UNSCHEDULABLE_AND_UNRESOLVABLE, "node(s) missing GPU Partition Table"
-    )
+    other = device([gpu(m, numa=0, pcie="p") for m in range(4)], model="A100", labels=HONOR)
+    assert allocate(
+        _request({"nvidia.com/gpu": "2"}), node_state(other, node_labels=HONOR)
+    ) == Rejection(UNSCHEDULABLE_AND_UNRESOLVABLE, "node(s) missing GPU Partition Table")
+    # Honor on the Device alone, with no table of its own: not honoured.
+    assert _allocated(allocate(_request({"nvidia.com/gpu": "3"}), node_state(honor))).minors(
+        "gpu"
+    ) == (0, 1, 2)
+    assert _allocated(allocate(_request({"nvidia.com/gpu": "2"}), node_state(other))).minors(
+        "gpu"
+    ) == (0, 1)
     # without Honor a missing table just means the topology path
     plain = device([gpu(m, numa=0, pcie="p") for m in range(4)], model="A100")
     assert _allocated(allocate(_request({"nvidia.com/gpu": "2"}, SPEC), node_state(plain))).minors(

@@ -10,7 +10,9 @@ import pytest
 from apis import constants as k
 from apis.resources import ResourceList
 from controller.deviceshare.annotation import (
+    EMPTY_ALLOCATION,
     AdapterOutput,
+    AdaptError,
     AllocatedDevice,
     AllocatedVF,
     Allocation,
@@ -21,7 +23,7 @@ from controller.deviceshare.annotation import (
     node_lock_value,
     parse_allocation,
 )
-from tests.controller.deviceshare.builders import GIB
+from tests.controller.deviceshare.builders import GIB, MIB
 
 SPEC_EXAMPLE = (
     '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100",'
@@ -247,17 +249,33 @@ BASE = {k.ANNOTATION_BIND_TIMESTAMP: str(NOW)}
                 node_lock="cambricon.com/dsmlu.lock",
             ),
         ),
+        # HAMi-core isolation is vendor-neutral in Koordinator's general GPU adapter.
         (
-            GPUS,
-            "cambricon",
-            "MLU-370",
-            "",
+            SGPU,
+            "metax",
+            "C500",
+            "HAMi-core",
             AdapterOutput(
-                {**BASE, k.ANNOTATION_GPU_MINORS: "0,1", "CAMBRICON_DSMLU_ASSIGHED": "false"},
-                node_lock="cambricon.com/dsmlu.lock",
+                {
+                    **BASE,
+                    k.ANNOTATION_GPU_MINORS: "0",
+                    k.ANNOTATION_METAX_GPU_DEVICES_ALLOCATED: (
+                        '[[{"uuid":"GPU-m0","compute":30,"vRam":8192}]]'
+                    ),
+                },
+                {k.LABEL_HAMI_VGPU_NODE: "n1"},
+                node_lock="hami.io/mutex.lock",
             ),
         ),
-        (Allocation({"rdma": SPEC_ALLOCATION.of("rdma")}), "nvidia", "H100", "", AdapterOutput()),
+        # Only the bind time for a pod given devices but no GPU (Koordinator's general adapter).
+        (
+            Allocation({"rdma": SPEC_ALLOCATION.of("rdma")}),
+            "nvidia",
+            "H100",
+            "",
+            AdapterOutput(annotations=BASE),
+        ),
+        (EMPTY_ALLOCATION, "nvidia", "H100", "", AdapterOutput()),
     ],
     ids=[
         "nvidia",
@@ -267,8 +285,9 @@ BASE = {k.ANNOTATION_BIND_TIMESTAMP: str(NOW)}
         "ascend-300i-duo",
         "metax",
         "cambricon-one-card",
-        "cambricon-two-cards",
+        "hami-core-on-metax",
         "no-gpu",
+        "no-device",
     ],
 )
 def test_device_plugin_adapters(
@@ -283,6 +302,52 @@ def test_device_plugin_adapters(
         isolation_provider=provider,
     )
     assert got == expected
+
+
+def _card(**resources: int) -> Allocation:
+    return Allocation(
+        {"gpu": (AllocatedDevice(minor=0, id="GPU-0", resources=ResourceList(resources)),)}
+    )
+
+
+@pytest.mark.parametrize(
+    ("allocation", "vendor", "model", "reason"),
+    [
+        (GPUS, "cambricon", "MLU-370", "multiple gpu share is not supported on device side"),
+        (
+            _card(**{k.RESOURCE_GPU_CORE: 20, k.RESOURCE_GPU_MEMORY: 128 * MIB}),
+            "cambricon",
+            "MLU-370",
+            "gpu memory must not be less than 268435456 bytes",
+        ),
+        (
+            _card(**{k.RESOURCE_GPU_MEMORY: 8 * GIB}),
+            "metax",
+            "C500",
+            "gpu core resource is required",
+        ),
+        (
+            _card(**{k.RESOURCE_GPU_CORE: 10, k.RESOURCE_GPU_MEMORY: 1000}),
+            "metax",
+            "C500",
+            "gpu memory must not be less than 1048576 bytes",
+        ),
+        (
+            VNPU,
+            "huawei",
+            "Ascend-310P3-300I-DUO",
+            'model "Ascend-310P3-300I-DUO" does not support vNPU',
+        ),
+    ],
+    ids=["cambricon-two-cards", "cambricon-small", "metax-no-core", "metax-small", "310p-vnpu"],
+)
+def test_allocations_a_vendor_plugin_cannot_take_are_refused(
+    allocation: Allocation, vendor: str, model: str, reason: str
+) -> None:
+    expected = f'failed to adapt for GPU device plugin of vendor "{vendor}": {reason}'
+    with pytest.raises(AdaptError) as raised:
+        adapter_annotations(allocation, vendor=vendor, model=model, node_name="n1", now_ns=NOW)
+    assert str(raised.value) == expected
 
 
 LOCKED_AT = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

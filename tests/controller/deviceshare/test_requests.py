@@ -194,7 +194,6 @@ def test_refused_requests_are_unresolvable_with_the_exact_message(
     "requests",
     [
         {"cpu": "2", "memory": "4Gi"},
-        {k.RESOURCE_GPU_DEPRECATED: "100"},  # legacy names are not translated
         {"metax-tech.com/sgpu": "1"},  # vendor counts are NodeResourcesFit's business
     ],
 )

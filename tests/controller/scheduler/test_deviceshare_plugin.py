@@ -19,7 +19,7 @@ from apis.codec import decode_documents
 from apis.core import ConfigMap, Container, Node, Pod, PodSpec, ResourceRequirements
 from apis.meta import Object, ObjectMeta
 from apis.resources import ResourceList
-from apis.scheduling import Device
+from apis.scheduling import Device, DeviceInfo
 from controller.deviceshare import (
     Allocation,
     DeviceRequest,
@@ -310,6 +310,79 @@ def test_pre_bind_adds_vendor_annotations_when_adaption_is_on() -> None:
     assert devices == [[{"uuid": "GPU-0", "compute": 10, "vRam": 1024}]]
     # The sGPU slot is charged too.
     assert plugin.state("mx").devices[0].used.get_amount(k.RESOURCE_METAX_SGPU) == 1
+
+
+def _bind_on_huawei(plugin: DeviceShare, table: NodeTable, name: str) -> Mapping[str, str]:
+    pod = gpu_pod({k.RESOURCE_HUAWEI_NPU_CORE: "20", k.RESOURCE_GPU_MEMORY_RATIO: "100"}, name=name)
+    info = PodInfo.of(pod, table)
+    state = fw.CycleState()
+    assert plugin.pre_filter(state, info, table).is_success
+    assert plugin.reserve(state, info, table, 0).is_success
+    return plugin.pre_bind(state, info, table, 0).annotations
+
+
+def test_bind_times_come_from_the_loop_clock_and_never_repeat() -> None:
+    """``bind-timestamp`` and Huawei's ``predicate-time`` are the pass's time in unix
+    nanoseconds; two pods bound in one pass get distinct, increasing times."""
+    ascend = device(
+        [npu(m) for m in range(4)], node="a1", vendor=k.GPU_VENDOR_HUAWEI, model="Ascend-910B3"
+    )
+    args = DeviceSharePluginArgs(device_plugin_adaption=True)
+    plugin, table = synced([ascend], nodes("a1"), args)
+    plugin.set_time(NOW)
+    first = _bind_on_huawei(plugin, table, "first")
+    second = _bind_on_huawei(plugin, table, "second")
+    at = int(NOW.timestamp()) * 10**9
+    assert first[k.ANNOTATION_BIND_TIMESTAMP] == first[k.ANNOTATION_HUAWEI_PREDICATE_TIME]
+    assert int(first[k.ANNOTATION_BIND_TIMESTAMP]) == at
+    assert int(second[k.ANNOTATION_BIND_TIMESTAMP]) == at + 1
+    plugin.set_time(NOW + timedelta(seconds=2))
+    third = _bind_on_huawei(plugin, table, "third")
+    assert int(third[k.ANNOTATION_HUAWEI_PREDICATE_TIME]) == at + 2 * 10**9
+
+
+def test_a_pod_given_only_an_rdma_nic_gets_the_bind_time_alone() -> None:
+    nic = DeviceInfo(
+        type=k.DEVICE_TYPE_RDMA,
+        minor=1,
+        health=True,
+        resources=ResourceList({k.RESOURCE_RDMA: 100}),
+    )
+    rdma = device([gpu(0), nic], node="r1")
+    plugin, table = synced([rdma], nodes("r1"), DeviceSharePluginArgs(device_plugin_adaption=True))
+    plugin.set_time(NOW)
+    pod = gpu_pod({k.RESOURCE_RDMA: "100"})
+    info = PodInfo.of(pod, table)
+    state = fw.CycleState()
+    assert plugin.pre_filter(state, info, table).is_success
+    assert plugin.reserve(state, info, table, 0).is_success
+    annotations = plugin.pre_bind(state, info, table, 0).annotations
+    assert set(annotations) == {k.ANNOTATION_DEVICE_ALLOCATED, k.ANNOTATION_BIND_TIMESTAMP}
+
+
+@pytest.mark.parametrize("adaption", [True, False])
+def test_pre_bind_fails_for_what_the_vendor_plugin_cannot_take(adaption: bool) -> None:
+    """Two Cambricon cards for one pod: the sMLU plugin takes one card at most, so with the
+    gate on PreBind fails (an Error naming the vendor); without it the allocation is written."""
+    mlu = device([gpu(m, memory=32 * GIB) for m in range(2)], node="c1", vendor="cambricon")
+    args = DeviceSharePluginArgs(device_plugin_adaption=adaption)
+    plugin, table = synced([mlu], nodes("c1"), args)
+    info = PodInfo.of(gpu_pod({k.RESOURCE_GPU: "200"}), table)
+    state = fw.CycleState()
+    assert plugin.pre_filter(state, info, table).is_success
+    assert plugin.reserve(state, info, table, 0).is_success
+    result = plugin.pre_bind(state, info, table, 0)
+    if adaption:
+        assert result.status.code is fw.Code.ERROR
+        assert result.status.message == (
+            'failed to adapt for GPU device plugin of vendor "cambricon":'
+            " multiple gpu share is not supported on device side"
+        )
+    else:
+        assert result.status.is_success
+        assert parse_allocation(result.annotations[k.ANNOTATION_DEVICE_ALLOCATED]).minors(
+            k.DEVICE_TYPE_GPU
+        ) == (0, 1)
 
 
 def test_a_pod_asking_no_device_gets_nothing_written() -> None:
