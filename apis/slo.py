@@ -9,7 +9,7 @@ default").
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -19,6 +19,7 @@ from apis.resources import ResourceList
 from apis.scheduling import DeviceInfo
 
 __all__ = [
+    "COLOCATION_EXTENSION",
     "CPUQOS",
     "AggregatePolicy",
     "AggregatedUsage",
@@ -26,6 +27,7 @@ __all__ = [
     "BlockCfg",
     "CPUBurstStrategy",
     "CgroupPath",
+    "ColocationStrategy",
     "HostApplicationMetricInfo",
     "HostApplicationSpec",
     "IOCfg",
@@ -311,6 +313,51 @@ class HostApplicationSpec(Model):
     qos: str = ""
     cgroup_path: CgroupPath | None = None
     strategy: dict[str, Any] | None = None
+
+
+class ColocationStrategy(Model):
+    """``colocation-config`` of ``slo-controller-config``: Batch/Mid resources of a node.
+
+    koord-manager reads it itself; koordpy computes Batch/Mid resources on the node, so the
+    controller hands each node its resolved strategy in the NodeSLO's ``extensions`` under
+    :data:`COLOCATION_EXTENSION`.
+    """
+
+    enable: bool | None = None
+    metric_aggregate_duration_seconds: int | None = None
+    metric_report_interval_seconds: int | None = None
+    metric_aggregate_policy: AggregatePolicy | None = None
+    #: ``usageWithoutPageCache`` (default), ``usageWithHotPageCache``, ``usageWithPageCache``.
+    metric_memory_collect_policy: str | None = None
+    cpu_reclaim_threshold_percent: int | None = None
+    #: ``usage`` (default) or ``maxUsageRequest``.
+    cpu_calculate_policy: str | None = None
+    memory_reclaim_threshold_percent: int | None = None
+    #: ``usage`` (default), ``request`` or ``maxUsageRequest``.
+    memory_calculate_policy: str | None = None
+    degrade_time_minutes: int | None = None
+    update_time_threshold_seconds: int | None = None
+    resource_diff_threshold: float | None = None
+    #: Unset (dynamic) or ``static``.
+    mid_reclaim_mode: str | None = None
+    mid_cpu_threshold_percent: int | None = msgspec.field(
+        default=None, name="midCPUThresholdPercent"
+    )
+    mid_memory_threshold_percent: int | None = None
+    mid_unallocated_percent: int | None = None
+    mid_static_cpu_reserved_percent: int | None = msgspec.field(
+        default=None, name="midStaticCPUReservedPercent"
+    )
+    mid_static_memory_reserved_percent: int | None = None
+    batch_cpu_threshold_percent: int | None = msgspec.field(
+        default=None, name="batchCPUThresholdPercent"
+    )
+    batch_memory_threshold_percent: int | None = None
+    extensions: dict[str, Any] | None = None
+
+
+#: Key of the node's resolved :class:`ColocationStrategy` in ``NodeSLO.spec.extensions``.
+COLOCATION_EXTENSION: Final = "koordpy.io/colocation-strategy"
 
 
 class NodeSLOSpec(Model):

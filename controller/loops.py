@@ -26,6 +26,7 @@ from controller.queueing.loop import QueueingLoop
 from controller.queueing.podlifecycle import PodLifecycle
 from controller.reservations.controller import ReservationController
 from controller.scheduler.loop import SchedulerLoop
+from controller.slo.loop import NodeSLOController
 from controller.store import Store
 from controller.workloads.daemonset import DaemonSetController
 from controller.workloads.deployment import DeploymentController
@@ -72,6 +73,7 @@ LOOPS: Mapping[str, LoopFactory] = {
     "migration": MigrationController,
     "pod-lifecycle": PodLifecycle,
     "podgroups": PodGroupStatusLoop,
+    "nodeslo": NodeSLOController,
 }
 
 

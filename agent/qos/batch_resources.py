@@ -35,7 +35,13 @@ where the node labels ``node.koordinator.sh/mid-static-{cpu,memory}-reserved-rat
 ``0.3`` = 30 %) override the percents. The labels ``node.koordinator.sh/{cpu,memory}-reclaim-
 ratio`` likewise override the reclaim threshold percents. Invalid or negative labels are ignored.
 
-Usage is averaged over ``window`` seconds (the NodeMetric report interval). When colocation is
+The parameters are Koordinator's ColocationStrategy: the agent config's ``[colocation]``, with
+the controller's ``colocation-config`` for this node over it when the NodeSLO carries one
+(``extensions``, see :mod:`controller.slo.render`). Usage is averaged over
+``metricAggregateDurationSeconds`` when that is set, else over ``window`` seconds (the
+NodeMetric report interval). With ``resourceDiffThreshold`` set, a result is published only
+when some resource moved by at least that fraction of the published amount, or
+``updateTimeThresholdSeconds`` after the last publication (koord-manager's rule). When colocation is
 disabled everything is published as 0 (reset). When node usage is missing the last result is
 kept for ``degradeTimeMinutes``, then everything is reset to 0 until usage returns.
 
@@ -176,6 +182,9 @@ class BatchResources:
         self.window = window
         self._last: ResourceList | None = None
         self._last_measured: float | None = None
+        #: What was last handed to the Node, and when (``resourceDiffThreshold``).
+        self._published: ResourceList | None = None
+        self._published_at = 0.0
 
     @property
     def name(self) -> str:
@@ -183,17 +192,24 @@ class BatchResources:
 
     # -- inputs ---------------------------------------------------------------------------
 
+    def window_for(self, snapshot: NodeSnapshot) -> float:
+        """The usage window: ``metricAggregateDurationSeconds`` when configured, else
+        :attr:`window`."""
+        configured = snapshot.settings.colocation.metric_aggregate_duration_seconds
+        return float(configured) if configured else self.window
+
     def measure(self, snapshot: NodeSnapshot) -> Breakdown | None:
         """Node, pod and host-app usage over the window; None when node usage is missing."""
         usage = snapshot.usage
-        node_cpu = usage.node_cpu(self.window)
+        window = self.window_for(snapshot)
+        node_cpu = usage.node_cpu(window)
         node_memory = usage.node_memory()
         if node_cpu is None or node_memory is None:
             return None
         pods_cpu = 0
         pods_memory = 0
         for pod in snapshot.pods:
-            cpu = usage.pod_cpu(pod.uid, self.window)
+            cpu = usage.pod_cpu(pod.uid, window)
             memory = usage.pod_memory(pod.uid)
             pods_cpu += round(cpu) if cpu is not None else 0
             pods_memory += memory if memory is not None else 0
@@ -201,7 +217,7 @@ class BatchResources:
         for app in snapshot.settings.host_applications:
             if not app.name:
                 continue
-            used = usage.host_app_cpu(app.name, self.window)
+            used = usage.host_app_cpu(app.name, window)
             if used is None:
                 continue
             cpu = round(used)
@@ -224,7 +240,7 @@ class BatchResources:
     ) -> dict[str, int]:
         """What an HP pod holds: its usage (an LSE pod's CPU: its request), else its request."""
         usage = snapshot.usage
-        cpu = usage.pod_cpu(pod.uid, self.window)
+        cpu = usage.pod_cpu(pod.uid, self.window_for(snapshot))
         memory = usage.pod_memory(pod.uid)
         return {
             _CPU: request.get_amount(_CPU)
@@ -359,7 +375,7 @@ class BatchResources:
         settings = snapshot.settings.colocation
         capacity = snapshot.node.status.capacity
         if not settings.enable:
-            self._last = None
+            self._last = self._published = None
             return self._outcome(_ZERO, degraded=False)
         measured = self.measure(snapshot)
         if measured is None or not all(capacity.get_amount(n) > 0 for n in _RESOURCES):
@@ -375,7 +391,7 @@ class BatchResources:
                     "no node usage for over %d minutes: Batch and Mid resources reset to 0",
                     settings.degrade_time_minutes,
                 )
-            self._last = None
+            self._last = self._published = None
             return self._outcome(_ZERO, degraded=True)
         reserved = nodeinfo.node_reserved(snapshot.node)
         batch = self.batch(snapshot, measured, reserved)
@@ -390,7 +406,32 @@ class BatchResources:
         )
         self._last = resources
         self._last_measured = snapshot.now
-        return self._outcome(resources, degraded=False)
+        return self._outcome(self._damped(resources, settings, snapshot.now), degraded=False)
+
+    def _damped(
+        self, fresh: ResourceList, settings: ColocationSettings, now: float
+    ) -> ResourceList:
+        """``fresh``, or what was published before while no resource moved by the diff
+        threshold and the update time threshold has not passed since (koord-manager's rule)."""
+        threshold = settings.resource_diff_threshold
+        published = self._published
+        if (
+            threshold is None
+            or published is None
+            or now - self._published_at >= settings.update_time_threshold_seconds
+            or any(
+                _moved(published.get_amount(name), fresh.get_amount(name), threshold)
+                for name in _OUTPUT
+            )
+        ):
+            self._published, self._published_at = fresh, now
+            return fresh
+        return published
+
+
+def _moved(published: int, fresh: int, threshold: float) -> bool:
+    """Whether ``fresh`` differs from ``published`` by at least ``threshold`` of it."""
+    return fresh != published and abs(fresh - published) >= published * threshold
 
 
 def _high_priority(pods: Iterable[PodState], band: frozenset[PriorityClass]) -> Iterable[PodState]:

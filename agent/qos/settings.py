@@ -6,8 +6,10 @@ that fails validation raises :class:`SettingsError` naming the field and the val
 caller keeps the settings it had (the agent never runs on a half-valid config).
 
 They are strict msgspec Structs, so the agent config holds them directly as TOML tables.
-Feature gates and agent-side switches (``disable_unset_cpu_quota``, colocation) come from the
-agent config, since koordpy computes Batch/Mid resources on the node itself.
+Feature gates and agent-side switches (``disable_unset_cpu_quota``) come from the agent config.
+Colocation (Batch/Mid resources, computed on the node) starts from the agent config's
+``[colocation]``; a NodeSLO rendered from ``slo-controller-config`` carries the node's
+``colocation-config`` in its ``extensions``, which is laid over it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from typing import Final, Literal
 
 import msgspec
 
+from apis import codec
+from apis.errors import ApiError
 from apis.slo import (
+    COLOCATION_EXTENSION,
+    ColocationStrategy,
     CPUBurstStrategy,
     HostApplicationSpec,
     NodeSLOSpec,
@@ -130,6 +136,13 @@ class ColocationSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     mid_static_memory_reserved_percent: int = 0
     batch_cpu_threshold_percent: int | None = None
     batch_memory_threshold_percent: int | None = None
+    #: Usage window of the calculation, seconds (None: the strategy's own, the report interval).
+    metric_aggregate_duration_seconds: int | None = None
+    #: A new result is published when a resource moved by more than this fraction of the
+    #: published amount, or ``update_time_threshold_seconds`` after the last publication
+    #: (None: every result is published).
+    resource_diff_threshold: float | None = None
+    update_time_threshold_seconds: int = 300
 
 
 class QoSSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -270,6 +283,65 @@ def _or(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
+#: ColocationStrategy wire fields -> ColocationSettings fields, with their ranges.
+_COLOCATION_FIELDS: Final[Mapping[str, tuple[str, int | None, int | None]]] = {
+    "cpuReclaimThresholdPercent": ("cpu_reclaim_threshold_percent", 0, None),
+    "memoryReclaimThresholdPercent": ("memory_reclaim_threshold_percent", 0, None),
+    "degradeTimeMinutes": ("degrade_time_minutes", 1, None),
+    "updateTimeThresholdSeconds": ("update_time_threshold_seconds", 1, None),
+    "metricAggregateDurationSeconds": ("metric_aggregate_duration_seconds", 1, None),
+    "midCPUThresholdPercent": ("mid_cpu_threshold_percent", 0, 100),
+    "midMemoryThresholdPercent": ("mid_memory_threshold_percent", 0, 100),
+    "midUnallocatedPercent": ("mid_unallocated_percent", 0, 100),
+    "midStaticCPUReservedPercent": ("mid_static_cpu_reserved_percent", 0, 100),
+    "midStaticMemoryReservedPercent": ("mid_static_memory_reserved_percent", 0, 100),
+    "batchCPUThresholdPercent": ("batch_cpu_threshold_percent", 0, None),
+    "batchMemoryThresholdPercent": ("batch_memory_threshold_percent", 0, None),
+}
+
+
+def _colocation(raw: object, base: ColocationSettings) -> ColocationSettings:
+    """The controller's ``colocation-config`` for this node (NodeSLO ``extensions``) laid
+    over the agent config's ``[colocation]``."""
+    path = f"spec.extensions.{COLOCATION_EXTENSION}"
+    try:
+        strategy = codec.decode_as(raw, ColocationStrategy)
+    except ApiError as err:
+        raise SettingsError(f"{path}: {err}") from None
+    wire = codec.to_builtins(strategy)
+    values: dict[str, object] = {}
+    for name, (attr, low, high) in _COLOCATION_FIELDS.items():
+        value = wire.get(name)
+        if value is None:
+            continue
+        if value < (low or 0) or (high is not None and value > high):
+            raise SettingsError(f"{path}.{name}: {value} is out of range")
+        values[attr] = value
+    for name, attr, allowed in (
+        ("cpuCalculatePolicy", "cpu_calculate_policy", ("usage", "maxUsageRequest")),
+        (
+            "memoryCalculatePolicy",
+            "memory_calculate_policy",
+            ("usage", "request", "maxUsageRequest"),
+        ),
+        ("midReclaimMode", "mid_reclaim_mode", ("", "static")),
+    ):
+        value = wire.get(name)
+        if value is None:
+            continue
+        if value not in allowed:
+            raise SettingsError(f"{path}.{name}: {value!r} is not one of {', '.join(allowed)}")
+        values[attr] = value
+    diff = strategy.resource_diff_threshold
+    if diff is not None:
+        if not 0 < diff <= 1:
+            raise SettingsError(f"{path}.resourceDiffThreshold: {diff} is out of range (0, 1]")
+        values["resource_diff_threshold"] = diff
+    if strategy.enable is not None:
+        values["enable"] = strategy.enable
+    return msgspec.structs.replace(base, **values)
+
+
 def from_nodeslo(spec: NodeSLOSpec | None, base: QoSSettings) -> QoSSettings:
     """``base`` (agent config and defaults) with the NodeSLO's strategies laid over it."""
     if spec is None:
@@ -280,10 +352,15 @@ def from_nodeslo(spec: NodeSLOSpec | None, base: QoSSettings) -> QoSSettings:
     burst = base.burst
     if spec.cpu_burst_strategy is not None:
         burst = _burst(spec.cpu_burst_strategy)
+    colocation = base.colocation
+    extension = (spec.extensions or {}).get(COLOCATION_EXTENSION)
+    if extension is not None:
+        colocation = _colocation(extension, base.colocation)
     return msgspec.structs.replace(
         base,
         suppress=suppress,
         evict=evict,
         burst=burst,
+        colocation=colocation,
         host_applications=tuple(spec.host_applications),
     )
