@@ -10,6 +10,7 @@
         ├── AlreadyExists    create of a name that is taken
         ├── Conflict         stale resourceVersion or uid precondition (re-read and retry)
         ├── Invalid          bad name, namespace, labels, annotations...; names field and value
+        │   └── Forbidden    refused by an admission rule (``pods "x" is forbidden: ...``)
         └── Expired          watch resourceVersion older than the history, or a watcher that
                              fell too far behind (re-list, then watch again)
 
@@ -33,6 +34,7 @@ __all__ = [
     "Conflict",
     "ControllerError",
     "Expired",
+    "Forbidden",
     "Invalid",
     "NotFound",
     "StoreError",
@@ -164,6 +166,32 @@ class Invalid(StoreError):  # noqa: N818 - reads as Kubernetes says it
             causes=lines,
             field=first.field if first is not None else "",
             value=first.value or "" if first is not None else "",
+        )
+
+
+class Forbidden(Invalid):
+    """An object an admission rule refuses outright, as the API server words it:
+    ``pods "web" is forbidden: no PriorityClass with name gold was found``."""
+
+    @classmethod
+    def because(
+        cls,
+        kind: Kind,
+        name: str,
+        reason: str,
+        namespace: str = "",
+        *,
+        field: str = "",
+        value: str = "",
+    ) -> Forbidden:
+        return cls(
+            f'{_resource(kind)} "{name}" is forbidden: {reason}',
+            kind=kind,
+            namespace=namespace,
+            name=name,
+            causes=(f"{field}: Forbidden: {reason}" if field else reason,),
+            field=field,
+            value=value,
         )
 
 

@@ -13,6 +13,9 @@
   when the incoming object carries one); "unchanged" when that changes nothing.
 - ``delete`` of an object with finalizers only sets ``deletionTimestamp``; the update that
   removes its last finalizer deletes it.
+- ``create``, ``update`` and ``apply`` pass the object through admission
+  (:mod:`controller.admission`) inside the write's transaction, which may change it or refuse
+  it (``Invalid``, ``Forbidden``); a refused write stores nothing.
 - Watches deliver ADDED/MODIFIED/DELETED in resourceVersion order (:mod:`controller.watching`);
   control loops read immutable snapshots (:mod:`controller.snapshots`).
 
@@ -67,7 +70,7 @@ from apis.errors import DecodeError
 from apis.kinds import Kind, Registry, default_registry
 from apis.labels import Selector
 from apis.meta import Object, ObjectMeta
-from controller import mutations
+from controller import admission, mutations
 from controller.errors import AlreadyExists, Conflict, Invalid, NotFound, StoreError
 from controller.persistence import Database, Synchronous, encode
 from controller.snapshots import KindView, LazyView, Snapshot
@@ -124,6 +127,8 @@ class _Transaction:
     staged: dict[Key, Object | None] = field(default_factory=dict)
     undo: list[tuple[Key, bool, Object | None]] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    #: kind key -> the keys of that kind ever staged (a superset after a rollback)
+    kinds: dict[str, set[Key]] = field(default_factory=dict)
 
     def mark(self) -> tuple[int, int, int]:
         return len(self.undo), len(self.changes), self.resource_version
@@ -148,6 +153,10 @@ class _Transaction:
         had = key in staged
         self.undo.append((key, had, staged[key] if had else None))
         staged[key] = None if event is EventType.DELETED else obj
+        keys = self.kinds.get(kind)
+        if keys is None:
+            keys = self.kinds[kind] = set()
+        keys.add(key)
         self.changes.append(Change(event, kind, obj, previous, self.resource_version))
 
 
@@ -423,15 +432,18 @@ class Store:
         key = shape.key
         txn = self._txn
         items: Iterable[Object]
-        if txn is not None and any(k[0] == key for k in txn.staged):
+        staged_keys = txn.kinds.get(key) if txn is not None else None
+        if txn is not None and staged_keys:
             merged = dict(self._objects.get(key, {}))
-            for (k, ns, name), obj in txn.staged.items():
-                if k != key:
+            staged = txn.staged
+            for full in staged_keys:
+                if full not in staged:  # rolled back
                     continue
+                obj = staged[full]
                 if obj is None:
-                    merged.pop((ns, name), None)
+                    merged.pop((full[1], full[2]), None)
                 else:
-                    merged[(ns, name)] = obj
+                    merged[(full[1], full[2])] = obj
             items = [merged[k] for k in sorted(merged)]
             version = txn.resource_version
         else:
@@ -547,6 +559,8 @@ class Store:
             )
         if errors:
             raise Invalid.of(kind, meta.name or meta.generate_name, errors, ns)
+        obj = admission.admit(kind, obj, None, self)  # may refuse; nothing staged yet
+        meta = obj.metadata
         key = shape.key
         name = meta.name
         if name:
@@ -621,6 +635,7 @@ class Store:
         self, txn: _Transaction, shape: mutations.Shape, stored: ObjT, candidate: ObjT
     ) -> tuple[ObjT, Outcome]:
         """Stage ``candidate`` (stored server-owned metadata) in place of ``stored``."""
+        candidate = admission.admit(shape.kind, candidate, stored, self)
         if candidate == stored:
             return stored, Outcome.UNCHANGED
         have = stored.metadata

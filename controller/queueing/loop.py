@@ -523,6 +523,8 @@ class QueueingLoop:
                 )
         for holder in [h for h in ledger.holders() if h.startswith("pod:") and h not in seen]:
             ledger.release(holder)
+        # What pods outside the queue use shows in their quotas' status too.
+        self._status_dirty = True
         if demand != self._external_demand:
             self._external_demand = demand
             self._runtime_dirty = True

@@ -144,12 +144,17 @@ def test_04_the_default_quota_gets_a_queue_once_a_unit_needs_it(harness: Harness
             "quota not exist",
             id="missing-ancestor",
         ),
-        pytest.param({"parent": "dept"}, "quota has no max", id="empty-max-rejects"),
+        # A quota below a parent names the parent's max resources (admission), so the quota
+        # without a max sits below the root.
+        pytest.param({}, "quota has no max", id="empty-max-rejects"),
     ],
 )
 def test_05_quota_walk(harness: Harness, team: dict[str, object], expected: str) -> None:
     harness.quota("dept", max=cores(4), is_parent=True)
+    # A parent that is gone: created first (admission wants it), deleted after its child.
+    harness.quota("gone", max=cores(40), is_parent=True)
     harness.quota("team-a", **team)
+    harness.store.delete(QUOTA_KIND, "gone", QUOTA_NAMESPACE)
     harness.unit("job", cpu_m=6000)
     harness.settle()
     assert harness.phase("job") == ENQUEUED

@@ -137,7 +137,7 @@ def test_example_c_intelligent_tiers(
 def test_example_d_tree_check_walks_the_parent_chain(
     harness: Harness, ask: int, other_used: int, admitted: bool, limited: str
 ) -> None:
-    harness.quota("dept", max=cores(100), is_parent=True)
+    harness.quota("dept", max=cores(100), min=cores(10), is_parent=True)
     harness.quota("team", max=cores(40), min=cores(10), parent="dept")
     harness.quota("other", max=cores(100), parent="dept")
     harness.unit(
@@ -224,7 +224,7 @@ def test_example_e_reclaim_prefers_the_quota_furthest_over_runtime(
 ) -> None:
     harness = Harness(store, clock, reclaim_min_runtime=0)
     harness.node("n1", cores(12))
-    harness.quota("cluster", max=cores(12), is_parent=True)
+    harness.quota("cluster", max=cores(12), min=cores(10), is_parent=True)
     for name, floor in (("a", 2), ("b", 2), ("c", 6)):
         harness.quota(name, min=cores(floor), max=cores(12), parent="cluster")
     # a was admitted after b: a plain "most recent first" order would pick a.

@@ -78,7 +78,9 @@ steps = st.one_of(
 def build(harness: Harness, tree: Tree, policy: str = "Priority") -> None:
     harness.node("n1", cores(sum(tree.parents.values())))
     for name, cap in tree.parents.items():
-        harness.quota(name, max=cores(cap), is_parent=True)
+        # A parent's min covers its children's (admission holds a tree to that).
+        floor = sum(leaf.min for leaf in tree.leaves if leaf.parent == name)
+        harness.quota(name, max=cores(cap), min=cores(floor), is_parent=True)
     for leaf in tree.leaves:
         harness.quota(
             leaf.name,

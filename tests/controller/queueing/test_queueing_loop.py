@@ -140,7 +140,7 @@ def test_a_childs_runtime_is_bounded_by_its_parents_runtime(harness: Harness) ->
     ("limit", "admitted"),
     [
         pytest.param({k.RESOURCE_QUEUE_MAX_JOBS: 2}, 2, id="leaf"),
-        pytest.param({}, 3, id="parent", marks=()),
+        pytest.param({k.RESOURCE_QUEUE_MAX_JOBS: 100}, 3, id="parent", marks=()),
     ],
 )
 def test_max_jobs_caps_the_number_of_holding_units(
@@ -160,7 +160,7 @@ def test_max_jobs_caps_the_number_of_holding_units(
 
 def test_quota_status_shows_used_runtime_and_request_up_the_tree(harness: Harness) -> None:
     harness.node("n1", cores(16))
-    harness.quota("dept", max=cores(12), is_parent=True)
+    harness.quota("dept", max=cores(12), min=cores(2), is_parent=True)
     harness.quota("team-a", min=cores(2), max=cores(8), parent="dept")
     harness.unit("job", count=2, cpu_m=1500)
     harness.unit("waiting", cpu_m=6000, created=1)
@@ -314,7 +314,7 @@ def test_maximum_execution_time_deactivates_a_running_unit(harness: Harness, clo
 def reclaim_setup(harness: Harness) -> None:
     """team-b borrowed team-a's guaranteed 6 cpu 30 s ago; team-a now wants 4 of them."""
     harness.node("n1", cores(10))
-    harness.quota("dept", max=cores(10), is_parent=True)
+    harness.quota("dept", max=cores(10), min=cores(10), is_parent=True)
     harness.quota("team-a", min=cores(6), max=cores(10), parent="dept")
     harness.quota("team-b", min=cores(4), max=cores(10), parent="dept")
     harness.unit(

@@ -177,7 +177,9 @@ def test_pre_filter_answers_as_the_quota_check_does(
     team = ElasticQuotaObject(
         metadata=ObjectMeta(name="team", namespace="team"),
         spec=ElasticQuotaSpec(
-            max=ResourceList({"cpu": max_cpu}), min=ResourceList({"cpu": min_cpu})
+            # Admission refuses a min above the max.
+            max=ResourceList({"cpu": max_cpu}),
+            min=ResourceList({"cpu": min(min_cpu, max_cpu)}),
         ),
     )
     pods = []
