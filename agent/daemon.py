@@ -54,6 +54,7 @@ from agent.devices.base import (
 from agent.errors import Unsupported
 from agent.metrics import exporter, health
 from agent.metrics.collector import Collector, SharePools, build_collector, build_sampler
+from agent.metrics.policy import NodeMetricSpecFollower
 from agent.metrics.usage import UsageSampler
 from agent.node import HostFacts, build_node, node_name, read_host_facts
 from agent.pods.base import PodSource
@@ -235,10 +236,11 @@ class NodeMetricReporter:
     """Publishes the node's NodeMetric every ``interval`` seconds.
 
     The first is published once ``measured`` is set (a collector tick measured the node's
-    CPU: CPU is a difference, so the second tick), then one every ``interval``. :attr:`last`
-    is the last one published (the exporter's ``koordlet_node_metric_*`` series). A publish
-    that fails fails the component, which its supervisor restarts: the next attempt comes
-    after its backoff.
+    CPU: CPU is a difference, so the second tick), then one every ``interval`` (a callable:
+    read after each report, so a new ``reportIntervalSeconds`` takes over from the next).
+    :attr:`last` is the last one published (the exporter's ``koordlet_node_metric_*``
+    series). A publish that fails fails the component, which its supervisor restarts: the
+    next attempt comes after its backoff.
     """
 
     def __init__(
@@ -248,14 +250,14 @@ class NodeMetricReporter:
         publisher: Publisher,
         build: Callable[[], NodeMetric | None],
         measured: asyncio.Event,
-        interval: float,
+        interval: float | Callable[[], float],
     ) -> None:
         self.name = f"nodemetric/{node}"
         self.last: NodeMetric | None = None
         self._publisher = publisher
         self._build = build
         self._measured = measured
-        self._interval = interval
+        self._interval = interval if callable(interval) else (lambda: interval)
 
     async def report(self) -> bool:
         """Build and publish one NodeMetric now; ``False`` when there is none yet."""
@@ -268,10 +270,14 @@ class NodeMetricReporter:
 
     async def run(self) -> None:
         await self._measured.wait()
-        ticker = lifecycle.Ticker(self._interval)
+        ticker = lifecycle.Ticker(self._interval())
         while True:
             await ticker.wait()
             await self.report()
+            interval = self._interval()
+            if interval != ticker.interval:
+                ticker = lifecycle.Ticker(interval)
+                await ticker.wait()  # tick 0, at once: the next report is one interval on
 
 
 class _Collecting:
@@ -438,6 +444,7 @@ async def run(
             (lambda: pods.pods) if pods is not None else _no_pods
         )
         follower = _nodeslo_follower(cfg, name, bus) if cgroup is not None else None
+        metric_spec = NodeMetricSpecFollower(bus, name)
         sampler = build_sampler(cfg, cgroup)
         pools: Callable[[], SharePools] = _no_pools
         if run_qos and cgroup is not None and service.base_settings(cfg).gate("CPUSetAllocator"):
@@ -450,6 +457,7 @@ async def run(
             cgroup=cgroup,
             pods=pod_list,
             nodeslo=follower.current if follower is not None else (lambda: None),
+            policy=metric_spec.current,
             devices=_readings(reporter),
             pools=pools,
             sampler=sampler,
@@ -462,9 +470,9 @@ async def run(
             publisher=publisher,
             build=collector.nodemetric,
             measured=collecting.measured,
-            interval=cfg.metrics.report_interval,
+            interval=lambda: collector.settings.report_interval,
         )
-        components.extend([collecting, nodemetrics])
+        components.extend([collecting, nodemetrics, metric_spec])
         components.extend(c for c in (pods, follower) if c is not None)
         if run_qos and cgroup is not None and pods is not None and follower is not None:
             loop = _qos_loop(cfg, name, cgroup, bus, publisher, reporter, pods, follower, sampler)

@@ -1,7 +1,9 @@
 """Decoding and encoding objects: YAML/JSON documents <-> Structs.
 
 Everything that turns bytes into objects goes through here, so every error names the source,
-the document index, the field path and the offending value.
+the document index, the field path and the offending value (a map value's key included:
+``metadata.labels.gpu``). YAML is read as Kubernetes reads it (:mod:`apis.goyaml`), and every
+typed decode unsets explicit nulls (:mod:`apis.nulls`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import yaml
 
 from apis.duration import Duration
 from apis.errors import DecodeError, UnknownKind
+from apis.goyaml import KubeLoader, jsonable
 from apis.kinds import Kind, Registry, default_registry
 from apis.meta import Object
+from apis.nulls import unset_nulls
 from apis.resources import ResourceList
 
 __all__ = [
@@ -110,6 +114,32 @@ def _lookup(document: Any, path: str) -> tuple[bool, Any]:
     return True, node
 
 
+_GOT = re.compile(r"got `(?P<type>[a-z]+)`")
+_JSON_TYPES = {bool: "bool", int: "int", float: "float", str: "str", dict: "object", list: "array"}
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else _JSON_TYPES.get(type(value), "")
+
+
+def _keyed(node: Any, path: str, got: str) -> str | None:
+    """``path`` with each ``[...]`` (msgspec's "some map value") replaced by the key whose value
+    is the ``got`` type msgspec complained about; None when no key fits."""
+    head, marker, rest = path.partition("[...]")
+    found, inner = _lookup(node, head)
+    if not found:
+        return None
+    if not marker:
+        return head if _json_type(inner) == got else None
+    if not isinstance(inner, dict):
+        return None
+    for key, value in inner.items():
+        tail = _keyed(value, rest, got)
+        if tail is not None:
+            return _child(head, str(key)) + tail
+    return None
+
+
 def _show(value: Any) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -132,6 +162,8 @@ def _translate(err: msgspec.ValidationError, raw: Any) -> DecodeError:
     if match is not None:
         message = message[: match.start()]
         path = match["path"]
+    if "[...]" in path and (got := _GOT.search(message)) is not None:
+        path = _keyed(raw, path, got["type"]) or path
     found, node = _lookup(raw, path)
     key = ""
     for pattern, text in (
@@ -156,7 +188,9 @@ def _translate(err: msgspec.ValidationError, raw: Any) -> DecodeError:
 
 
 def decode_as(raw: Any, target: type[T]) -> T:
-    """Convert raw builtins into ``target``; errors become :class:`DecodeError`."""
+    """Convert raw builtins into ``target``, explicit nulls unset (:mod:`apis.nulls`); errors
+    become :class:`DecodeError`."""
+    raw = unset_nulls(raw, target)
     try:
         return msgspec.convert(raw, target, dec_hook=_dec_hook)
     except msgspec.ValidationError as err:
@@ -204,26 +238,23 @@ def _safe_json(data: bytes | str) -> Any:
         return None
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps timestamps as strings (msgspec parses them where typed)."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
 def load_yaml_documents(text: str, *, source: str = "") -> list[Any]:
-    """Parse multi-document YAML (JSON is YAML too); empty documents are dropped."""
+    """Parse multi-document YAML (JSON is YAML too) as Kubernetes does (:mod:`apis.goyaml`);
+    empty documents are dropped."""
     try:
-        docs = list(yaml.load_all(text, Loader=_Loader))  # a SafeLoader subclass
+        docs = list(yaml.load_all(text, Loader=KubeLoader))  # a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err)
         raise DecodeError(f"invalid YAML{where}: {problem}", source=source) from None
-    return [doc for doc in docs if doc is not None]
+    out = []
+    for index, doc in enumerate(d for d in docs if d is not None):
+        try:
+            out.append(jsonable(doc))
+        except DecodeError as err:
+            raise err.located(source=source, index=index) from None
+    return out
 
 
 def _expand(docs: Iterable[Any]) -> Iterator[Any]:

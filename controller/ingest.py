@@ -6,7 +6,8 @@ Subscribes to ``koordpy/v1/nodes/+/+`` and, per topic leaf:
   others set, the spec (taints, unschedulable) and finalizers are kept. Labels the agent
   stops reporting are removed (the keys it last set are remembered in an annotation);
 * ``device`` -> the Device; its owner reference is pointed at the stored Node's uid;
-* ``nodemetric`` -> the NodeMetric;
+* ``nodemetric`` -> the NodeMetric's status; its spec stays what the controller or the user
+  wrote (empty on the first report), since the agent follows it (:mod:`agent.metrics.policy`);
 * ``events`` -> a new Event (``generateName``; namespace ``default`` when none);
 * ``evictions`` -> a ``policy/v1`` Eviction request (:class:`apis.eviction.EvictionRequest`):
   the named pod is deleted (finalizers honoured: a pod with finalizers only gets its
@@ -32,7 +33,7 @@ Every message is checked before anything is written, and counted in
 * ``unchanged``: nothing to write (a body byte-identical to the last one taken from that topic
   is recognised without decoding it again);
 * ``applied``, or ``ignored`` (an empty payload clearing a retained topic, the controller's own
-  ``pods``/``nodeslo``, an ``online`` status).
+  ``pods``/``nodeslo``/``nodemetricspec``, an ``online`` status).
 
 Times without a UTC offset are read as UTC. Nothing invalid is ever applied, and nothing an
 agent sends stops the ingest.
@@ -70,7 +71,7 @@ from apis.eviction import EVICTIONS_LEAF, EvictionRequest
 from apis.kinds import Kind
 from apis.meta import Object
 from apis.scheduling import Device
-from apis.slo import NodeMetric
+from apis.slo import NodeMetric, NodeMetricSpec
 from controller.errors import AlreadyExists, NotFound, StoreError
 from controller.events import WARNING, EventRecorder
 from controller.liveness import (
@@ -84,6 +85,7 @@ from controller.liveness import (
 )
 from controller.store import Outcome, Store
 from koordpy.bus import (
+    CONTROLLER_LEAVES,
     REPORTED_AT_ANNOTATION,
     AgentStatus,
     Bus,
@@ -112,7 +114,7 @@ _log = logging.getLogger(__name__)
 #: What the ingest subscribes to: every leaf of every node.
 SUBSCRIPTION: Final = "koordpy/v1/nodes/+/+"
 #: Leaves the controller publishes to agents (ignored by the ingest).
-DOWNLINK: Final = ("pods", "nodeslo")
+DOWNLINK: Final = CONTROLLER_LEAVES
 #: Leaves holding a node's state: a body identical to the last one taken is not decoded again.
 _STATE_LEAVES: Final = frozenset({"node", "device", "nodemetric", "status"})
 #: Namespace of events that name none (Kubernetes puts node events in ``default``).
@@ -725,7 +727,9 @@ class Ingest:
                 stored = None
             if isinstance(stored, NodeMetric) and _older(updated, stored.status.update_time):
                 return Result.STALE
-            outcome = store.apply(incoming)[1]
+            # The spec is the controller's (or the user's): a report brings the status only.
+            spec = stored.spec if isinstance(stored, NodeMetric) else NodeMetricSpec()
+            outcome = store.apply(msgspec.structs.replace(incoming, spec=spec))[1]
             return Result.UNCHANGED if outcome is Outcome.UNCHANGED else Result.APPLIED
 
         return _Write(write, _result)

@@ -6,7 +6,10 @@ retained topics current:
 * ``koordpy/v1/nodes/{node}/pods``: a ``v1`` ``PodList`` of the pods bound to the node
   (``spec.nodeName``), sorted by namespace and name;
 * ``koordpy/v1/nodes/{node}/nodeslo``: the NodeSLO named after the node (an empty retained
-  payload once it is deleted, which clears it).
+  payload once it is deleted, which clears it);
+* ``koordpy/v1/nodes/{node}/nodemetricspec``: the node's NodeMetric with its name and spec
+  only, the collect policy its agent follows (empty once the NodeMetric is deleted). The
+  agent's reports change only the status, so they publish nothing here.
 
 A burst of store changes is one publication per affected node; a body identical to the last
 one published is not sent again.
@@ -20,8 +23,8 @@ from collections.abc import Iterable
 from apis import codec
 from apis.core import Node, Pod
 from apis.kinds import Kind
-from apis.meta import Object
-from apis.slo import NodeSLO
+from apis.meta import Object, ObjectMeta
+from apis.slo import NodeMetric, NodeSLO
 from controller.errors import NotFound
 from controller.store import Store
 from koordpy.bus import Bus, node_topic
@@ -55,6 +58,7 @@ class NodeFeed:
         self._pods_kind: Kind = store.registry.for_type(Pod)
         self._slo_kind: Kind = store.registry.for_type(NodeSLO)
         self._node_kind: Kind = store.registry.for_type(Node)
+        self._metric_kind: Kind = store.registry.for_type(NodeMetric)
         self._sent: dict[str, bytes] = {}
         #: pod uid -> the node it is bound to (a rebind touches both nodes).
         self._placed: dict[str, str] = {}
@@ -96,6 +100,18 @@ class NodeFeed:
         except NotFound:
             slo = None
         self._publish(node_topic(node, "nodeslo"), b"" if slo is None else codec.encode_json(slo))
+        try:
+            metric = self._store.get(self._metric_kind, node)
+        except NotFound:
+            metric = None
+        self._publish_metric_spec(node, metric if isinstance(metric, NodeMetric) else None)
+
+    def _publish_metric_spec(self, node: str, metric: NodeMetric | None) -> None:
+        body = b""
+        if metric is not None:
+            only_spec = NodeMetric(metadata=ObjectMeta(name=node), spec=metric.spec)
+            body = codec.encode_json(only_spec)
+        self._publish(node_topic(node, "nodemetricspec"), body)
 
     def publish_all(self) -> None:
         self._placed.clear()
@@ -111,6 +127,10 @@ class NodeFeed:
             self.publish_node(node)
 
     def _touched(self, event_type: str, obj: Object) -> set[str]:
+        if isinstance(obj, NodeMetric):
+            name = obj.metadata.name
+            self._publish_metric_spec(name, None if event_type == "DELETED" else obj)
+            return set()
         if isinstance(obj, Pod):
             return self._place(obj, deleted=event_type == "DELETED")
         if isinstance(obj, NodeSLO):

@@ -65,14 +65,30 @@ _log = logging.getLogger(__name__)
 #: Root of every koordpy topic (the wire protocol's version is part of it).
 ROOT: Final = "koordpy/v1"
 #: The leaves under ``koordpy/v1/nodes/{node}/`` and who publishes them.
-LEAVES: Final = ("node", "device", "nodemetric", "status", "events", "evictions", "pods", "nodeslo")
+LEAVES: Final = (
+    *("node", "device", "nodemetric", "status", "events", "evictions"),
+    *("pods", "nodeslo", "nodemetricspec"),
+)
 
-Leaf = Literal["node", "device", "nodemetric", "status", "events", "evictions", "pods", "nodeslo"]
+Leaf = Literal[
+    "node",
+    "device",
+    "nodemetric",
+    "status",
+    "events",
+    "evictions",
+    "pods",
+    "nodeslo",
+    "nodemetricspec",
+]
 #: Leaves whose messages are published retained (a node's state); the rest are events.
-RETAINED_LEAVES: Final = frozenset({"node", "device", "nodemetric", "status", "pods", "nodeslo"})
-#: Leaves only agents publish (uplink) and only the controller publishes (downlink).
+RETAINED_LEAVES: Final = frozenset(
+    {"node", "device", "nodemetric", "status", "pods", "nodeslo", "nodemetricspec"}
+)
+#: Leaves only agents publish (uplink) and only the controller publishes (downlink):
+#: ``nodemetricspec`` is the node's NodeMetric with its spec only (what the agent follows).
 AGENT_LEAVES: Final = ("node", "device", "nodemetric", "status", "events", "evictions")
-CONTROLLER_LEAVES: Final = ("pods", "nodeslo")
+CONTROLLER_LEAVES: Final = ("pods", "nodeslo", "nodemetricspec")
 
 #: Annotation an agent stamps on retained bodies without a heartbeat of their own (Device):
 #: when it last reported them (on a change, and again every 30 s while unchanged; RFC 3339).

@@ -80,6 +80,8 @@ class Resource(enum.StrEnum):
     CPU_SHARES = "cpu.shares"
     CPU_STAT = "cpu.stat"
     CPU_IDLE = "cpu.idle"
+    #: Group identity (Alibaba Cloud Linux / Anolis kernels only).
+    CPU_BVT_WARP_NS = "cpu.bvt_warp_ns"
     CPUACCT_USAGE = "cpuacct.usage"
     CPUSET_CPUS = "cpuset.cpus"
     CPUSET_MEMS = "cpuset.mems"
@@ -204,6 +206,7 @@ TABLE: Final[Mapping[Resource, ResourceSpec]] = MappingProxyType(
             _spec(R.CPU_BURST, Kind.INT, "cpu", "cpu.max.burst", writable=True),
             _spec(R.CPU_SHARES, Kind.INT, "cpu", "cpu.weight", writable=True),
             _spec(R.CPU_IDLE, Kind.INT, "cpu", "cpu.idle", writable=True),
+            _spec(R.CPU_BVT_WARP_NS, Kind.INT, "cpu", "cpu.bvt_warp_ns", writable=True),
             _spec(R.CPU_STAT, Kind.STATS, "cpu", "cpu.stat"),
             _spec(R.CPUACCT_USAGE, Kind.INT, "cpuacct", "cpu.stat"),
             _spec(

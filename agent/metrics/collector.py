@@ -36,6 +36,11 @@ CPU figures come from cumulative counters, so averages over any window lose noth
 for NodeMetric's 5-minute average is sampled 30 times.
 
 Without cgroups (``cgroup=None``) only the node figures and devices are collected.
+
+The node's NodeMetric spec (the ``policy`` callable, :mod:`agent.metrics.policy`) is laid over
+``[metrics]`` at each tick: its aggregate duration and windows resize the windows (their
+history starts again), its memory policy chooses the memory figures, and :attr:`settings`
+carries its report interval for the reporter.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from agent.cgroups.paths import qos_dir
 from agent.config import AgentConfig, MetricsSection
 from agent.devices.base import DeviceReading
 from agent.metrics.nodemetric import build_nodemetric
+from agent.metrics.policy import followed
 from agent.metrics.snapshot import (
     CgroupUsage,
     ContainerUsage,
@@ -75,7 +81,7 @@ from agent.states import PodStateCache, pod_states
 from apis.core import Pod
 from apis.qos import KubeQoS
 from apis.resources import ResourceList
-from apis.slo import HostApplicationSpec, NodeMetric, NodeSLOSpec
+from apis.slo import HostApplicationSpec, NodeMetric, NodeMetricSpec, NodeSLOSpec
 from koordpy import lifecycle
 
 __all__ = ["DETAIL_INTERVAL", "Collector", "SharePools", "build_collector", "build_sampler"]
@@ -99,6 +105,10 @@ class SharePools(NamedTuple):
 
 def _no_pods() -> Sequence[Pod]:
     return ()
+
+
+def _no_policy() -> NodeMetricSpec | None:
+    return None
 
 
 def _no_nodeslo() -> NodeSLOSpec | None:
@@ -165,6 +175,8 @@ class Collector:
     cgroup: CgroupInfo | None = None
     pods: Callable[[], Sequence[Pod]] = _no_pods
     nodeslo: Callable[[], NodeSLOSpec | None] = _no_nodeslo
+    #: The node's NodeMetric spec as the controller sent it (``None``: none yet).
+    policy: Callable[[], NodeMetricSpec | None] = _no_policy
     devices: Callable[[], tuple[DeviceReading, ...]] = _no_devices
     #: The CPUs of the LS and BE share pools (a :class:`SharePools` or a pair of sequences).
     pools: Callable[[], tuple[Sequence[int], Sequence[int]]] = _no_pools
@@ -186,8 +198,12 @@ class Collector:
     _tiers: tuple[str, ...] = field(default=(), init=False)
     _detail_due: float = field(default=float("-inf"), init=False)
     _slow: dict[str, _Slow] = field(default_factory=dict, init=False)
+    #: ``[metrics]`` as configured; :attr:`settings` is it with the NodeMetric spec laid over.
+    _configured: MetricsSection = field(init=False)
+    _policy_seen: object = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        self._configured = self.settings
         if self.detail_interval <= 0:
             raise ValueError(f"detail_interval must be positive, got {self.detail_interval}")
         if self.cgroup is not None:
@@ -275,8 +291,35 @@ class Collector:
             containers=tuple(containers),
         )
 
+    def follow_policy(self) -> MetricsSection:
+        """Lay the NodeMetric spec over ``[metrics]`` when it changed; the settings now."""
+        spec = self.policy()
+        if spec is self._policy_seen:
+            return self.settings
+        self._policy_seen = spec
+        settings: MetricsSection = followed(self._configured, spec)
+        windows = self.windows
+        if (
+            settings.aggregate_duration != windows.aggregate_duration
+            or settings.aggregate_durations != windows.durations
+        ):
+            log.info(
+                "NodeMetric of %s: aggregate duration %ss, windows %s (history restarts)",
+                self.node,
+                settings.aggregate_duration,
+                settings.aggregate_durations,
+            )
+            self.windows = Windows(
+                interval=windows.interval,
+                aggregate_duration=settings.aggregate_duration,
+                durations=settings.aggregate_durations,
+            )
+        self.settings = settings
+        return settings
+
     def collect(self) -> MetricsSnapshot:
         """Take one tick's sample, publish it as :attr:`latest` and record it."""
+        self.follow_policy()
         started = time.perf_counter()
         taken_at = self.wall()
         sampler = self.sampler
@@ -376,6 +419,7 @@ class Collector:
         """The NodeMetric built from the windows now; ``None`` before the first tick."""
         if self.latest is None:
             return None
+        self.follow_policy()
         return build_nodemetric(
             self.node, self.windows.aggregate(), self.latest, self.settings, now=self.wall()
         )
@@ -414,6 +458,7 @@ def build_collector(
     cgroup: CgroupInfo | None,
     pods: Callable[[], Sequence[Pod]] = _no_pods,
     nodeslo: Callable[[], NodeSLOSpec | None] = _no_nodeslo,
+    policy: Callable[[], NodeMetricSpec | None] = _no_policy,
     devices: Callable[[], tuple[DeviceReading, ...]] = _no_devices,
     pools: Callable[[], tuple[Sequence[int], Sequence[int]]] = _no_pools,
     sampler: UsageSampler | None = None,
@@ -440,6 +485,7 @@ def build_collector(
         cgroup=cgroup,
         pods=pods,
         nodeslo=nodeslo,
+        policy=policy,
         devices=devices,
         pools=pools,
         detail_interval=detail_interval,

@@ -1,8 +1,11 @@
 """CPU burst: let latency-sensitive containers borrow CPU above their limit.
 
-Eligible: pods whose Koordinator QoS is not LSR, LSE or BE (LS, SYSTEM and unlabelled pods),
-``Pending`` or ``Running``; only containers with a CPU limit. The node's ``cpuBurstStrategy``
-applies, with the pod's ``koordinator.sh/cpuBurst`` annotation laid over it field by field.
+Eligible: pods whose Koordinator QoS is not LSR, LSE or BE, ``Pending`` or ``Running``; only
+containers with a CPU limit. The QoS is the ``koordinator.sh/qosClass`` label; an unlabelled
+pod is BE when BestEffort and LS otherwise, so a Guaranteed pod without the label bursts as the
+manual means (the general default mapping would make it LSR and leave it out). The node's
+``cpuBurstStrategy`` applies, with the pod's ``koordinator.sh/cpuBurst`` annotation laid over it
+field by field.
 
 Kernel burst (policy ``cpuBurstOnly`` or ``auto``): ``cpu.cfs_burst_us`` (``cpu.max.burst`` on
 v2) of a container is ``limit x cpuBurstPercent%`` of a period, i.e. ``limit_milli x percent``
@@ -61,7 +64,7 @@ from agent.qos.framework import (
 from agent.qos.settings import BurstSettings, SettingsError, merge_burst
 from apis import constants as k
 from apis.core import Pod
-from apis.qos import QoSClass
+from apis.qos import KubeQoS, QoSClass
 from apis.slo import CPUBurstStrategy
 
 __all__ = [
@@ -69,6 +72,7 @@ __all__ = [
     "Operation",
     "PoolState",
     "TokenBucket",
+    "burst_qos",
     "eligible",
     "share_pool_state",
 ]
@@ -96,10 +100,17 @@ class Operation(enum.StrEnum):
     RESET = "reset"
 
 
+def burst_qos(pod: PodState) -> QoSClass:
+    """The QoS CPU burst goes by: the label's, else BE for BestEffort and LS for the rest."""
+    if k.LABEL_QOS_CLASS in pod.pod.metadata.labels:
+        return pod.qos
+    return QoSClass.BE if pod.kube_qos is KubeQoS.BEST_EFFORT else QoSClass.LS
+
+
 def eligible(pod: PodState) -> bool:
     """Whether CPU burst manages the pod: LS, SYSTEM or unlabelled, active, a CPU limit."""
     return (
-        pod.qos not in _NOT_ELIGIBLE
+        burst_qos(pod) not in _NOT_ELIGIBLE
         and pod.active
         and any(c.limits.get(k.RESOURCE_CPU, 0) > 0 for c in pod.containers)
     )

@@ -7,6 +7,7 @@ from typing import Final
 
 from agent.qos.batch_resources import BatchResources
 from agent.qos.cpu_burst import CpuBurst
+from agent.qos.cpu_qos import CpuQoS
 from agent.qos.cpu_suppress import CpuSuppress
 from agent.qos.cpu_unbind import CpuQuotaUnbind
 from agent.qos.cpuset_pool import CpusetPool
@@ -20,12 +21,14 @@ StrategyFactory = Callable[[], Strategy]
 
 #: Every QoS strategy, in run order: the share pools and unbinding of cpuset-bound pods first,
 #: then BE suppression (which narrows the BE tier inside those pools), CPU burst for LS pods,
-#: Batch/Mid resources, and evictions last (they see everything the others decided from).
+#: CPU QoS (group identity), Batch/Mid resources, and evictions last (they see everything the
+#: others decided from).
 STRATEGIES: Final[Mapping[str, StrategyFactory]] = {
     "cpuset_pool": CpusetPool,
     "cpu_unbind": CpuQuotaUnbind,
     "cpu_suppress": CpuSuppress,
     "cpu_burst": CpuBurst,
+    "cpu_qos": CpuQoS,
     "batch_resources": BatchResources,
     "evictions": Evictions,
 }

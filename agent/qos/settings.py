@@ -27,6 +27,7 @@ from apis.slo import (
     CPUBurstStrategy,
     HostApplicationSpec,
     NodeSLOSpec,
+    ResourceQOSStrategy,
     ResourceThresholdStrategy,
 )
 
@@ -35,6 +36,7 @@ __all__ = [
     "BurstSettings",
     "ColocationSettings",
     "EvictSettings",
+    "GroupIdentitySettings",
     "QoSSettings",
     "SettingsError",
     "SuppressSettings",
@@ -46,6 +48,7 @@ __all__ = [
 DEFAULT_GATES: Final[Mapping[str, bool]] = {
     "BECPUSuppress": True,
     "CPUBurst": True,
+    "GroupIdentity": True,
     "CPUSetAllocator": True,
     "BatchResource": True,
     "BECPUManager": False,
@@ -145,10 +148,50 @@ class ColocationSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     update_time_threshold_seconds: int = 300
 
 
+class GroupIdentitySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``resourceQOSStrategy``'s CPU QoS: the ``cpu.bvt_warp_ns`` of each Koordinator QoS class
+    (``LSR``, ``LS``, ``BE``, ``SYSTEM``; 0 where the class's ``cpuQOS`` is off). Inactive
+    (nothing written) unless some class is on under the ``groupIdentity`` CPU policy."""
+
+    active: bool = False
+    bvt: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+#: ``cpuQOS.groupIdentity`` of each class when enabled without a value (koordlet's defaults).
+_BVT_DEFAULTS: Final[Mapping[str, int]] = {"LSR": 2, "LS": 2, "BE": -1, "SYSTEM": 0}
+
+
+def _group_identity(spec: ResourceQOSStrategy) -> GroupIdentitySettings:
+    path = "spec.resourceQOSStrategy"
+    policy = spec.policies.cpu_policy if spec.policies is not None else ""
+    classes = {
+        "LSR": ("lsrClass", spec.lsr_class),
+        "LS": ("lsClass", spec.ls_class),
+        "BE": ("beClass", spec.be_class),
+        "SYSTEM": ("systemClass", spec.system_class),
+    }
+    bvt: dict[str, int] = {}
+    for qos, (field, qos_spec) in classes.items():
+        cpu = qos_spec.cpu_qos if qos_spec is not None else None
+        if cpu is None or not cpu.enable:
+            bvt[qos] = 0
+            continue
+        value = _BVT_DEFAULTS[qos] if cpu.group_identity is None else cpu.group_identity
+        if not -1 <= value <= 2:
+            raise SettingsError(f"{path}.{field}.cpuQOS.groupIdentity: {value} is not in [-1, 2]")
+        bvt[qos] = value
+    enabled = any(
+        qos_spec is not None and qos_spec.cpu_qos is not None and qos_spec.cpu_qos.enable
+        for _, qos_spec in classes.values()
+    )
+    return GroupIdentitySettings(active=enabled and policy in ("", "groupIdentity"), bvt=bvt)
+
+
 class QoSSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     suppress: SuppressSettings = msgspec.field(default_factory=SuppressSettings)
     burst: BurstSettings = msgspec.field(default_factory=BurstSettings)
     evict: EvictSettings = msgspec.field(default_factory=EvictSettings)
+    group_identity: GroupIdentitySettings = msgspec.field(default_factory=GroupIdentitySettings)
     colocation: ColocationSettings = msgspec.field(default_factory=ColocationSettings)
     gates: dict[str, bool] = msgspec.field(default_factory=lambda: dict(DEFAULT_GATES))
     #: v1.8's ``-disable-unset-cpu-quota``: keep the quota of cpuset-bound pods.
@@ -356,11 +399,15 @@ def from_nodeslo(spec: NodeSLOSpec | None, base: QoSSettings) -> QoSSettings:
     extension = (spec.extensions or {}).get(COLOCATION_EXTENSION)
     if extension is not None:
         colocation = _colocation(extension, base.colocation)
+    group_identity = base.group_identity
+    if spec.resource_qos_strategy is not None:
+        group_identity = _group_identity(spec.resource_qos_strategy)
     return msgspec.structs.replace(
         base,
         suppress=suppress,
         evict=evict,
         burst=burst,
         colocation=colocation,
+        group_identity=group_identity,
         host_applications=tuple(spec.host_applications),
     )

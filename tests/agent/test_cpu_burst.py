@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from agent.cgroups.resources import Resource
-from agent.qos.cpu_burst import CpuBurst, PoolState, TokenBucket, share_pool_state
+from agent.qos.cpu_burst import CpuBurst, PoolState, TokenBucket, burst_qos, share_pool_state
 from agent.qos.framework import Outcome, PodState
 from agent.qos.settings import BurstPolicy, BurstSettings
 from apis import constants as k
+from apis.qos import KubeQoS, QoSClass
 from tests.agent.qos_builders import (
     FakeUsage,
     FakeView,
@@ -206,6 +207,10 @@ def test_override_reader_is_injectable() -> None:
         pytest.param(make_pod("lsr", qos="LSR", cpu_limit=LIMIT), id="LSR"),
         pytest.param(make_pod("lse", qos="LSE", cpu_limit=LIMIT), id="LSE"),
         pytest.param(make_pod("be", qos="BE", cpu_limit=LIMIT), id="BE"),
+        pytest.param(
+            make_pod("lsr-guaranteed", qos="LSR", kube=KubeQoS.GUARANTEED, cpu_limit=LIMIT),
+            id="guaranteed-labelled-LSR",
+        ),
         pytest.param(web(phase="Succeeded"), id="succeeded"),
         pytest.param(make_pod("nolimit", qos="LS", cpu_request=1000), id="no-cpu-limit"),
     ],
@@ -222,10 +227,26 @@ def test_ineligible_pods_are_left_alone(pod: PodState) -> None:
         pytest.param(
             make_pod("plain", cpu_limit=LIMIT, cpu_request=1000), id="unlabelled-burstable"
         ),
+        pytest.param(make_pod("guaranteed", cpu_limit=LIMIT), id="unlabelled-guaranteed"),
+        pytest.param(make_pod("unknown", qos="gold", cpu_limit=LIMIT), id="unknown-label"),
     ],
 )
 def test_eligible_pods(pod: PodState) -> None:
     assert writes(run(pod, policy="cpuBurstOnly"), BURST)[pod.cgroup] == kernel_burst(LIMIT, 1000)
+
+
+@pytest.mark.parametrize(
+    ("pod", "qos"),
+    [
+        pytest.param(make_pod("g", cpu_limit=LIMIT), QoSClass.LS, id="guaranteed"),
+        pytest.param(make_pod("b", cpu_request=500), QoSClass.LS, id="burstable"),
+        pytest.param(make_pod("e"), QoSClass.BE, id="besteffort"),
+        pytest.param(make_pod("r", qos="LSR", cpu_limit=LIMIT), QoSClass.LSR, id="label-LSR"),
+        pytest.param(make_pod("s", qos="SYSTEM"), QoSClass.SYSTEM, id="label-SYSTEM"),
+    ],
+)
+def test_burst_qos_is_the_label_else_ls_unless_besteffort(pod: PodState, qos: QoSClass) -> None:
+    assert burst_qos(pod) is qos
 
 
 def test_v1_burst_is_not_capped() -> None:

@@ -110,7 +110,7 @@ def test_node_accessors() -> None:
     text = """
 apiVersion: v1
 kind: Node
-metadata: {name: n, labels: {a: b}}
+metadata: {name: "n", labels: {a: b}}
 status:
   capacity: {cpu: "8", memory: 32Gi}
   conditions:

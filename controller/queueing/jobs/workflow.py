@@ -1,7 +1,9 @@
 """``argoproj.io/v1alpha1`` Workflow (Argo), queued whole as one unit ``<workflow>-wf-qu``.
 
-* held by the annotation ``scheduling.x-k8s.io/suspend: "true"`` (Argo's own
-  ``spec.suspend`` is left to the user);
+* held by the annotation ``scheduling.x-k8s.io/suspend: "true"``, or as the v1.8 manual has
+  it: a template named ``koord-queue-suspend`` with a ``suspend`` field, and ``spec.suspend:
+  true`` or a ``Suspend`` node ``Running``; resuming sets the annotation to ``"false"`` and
+  clears ``spec.suspend`` (Argo's own pause switch otherwise stays the user's);
 * pod sets: one per template that runs a pod (``container`` or ``script``), named after the
   template, 1 pod each: the unit asks for the whole workflow at once (queue-spec §13, DAG-aware
   queuing). The pods of the simulated runtime start together rather than in DAG order;
@@ -31,6 +33,7 @@ from controller.queueing.jobs.base import (
     AnnotationHeldAdapter,
     ExtensionArgs,
     count_replicas,
+    has_suspend_annotation,
     plain_container,
     with_annotations,
 )
@@ -89,11 +92,35 @@ def _template(workflow: Workflow, template: Mapping[str, Any]) -> PodTemplateSpe
     )
 
 
+#: The template whose ``suspend`` marks a workflow as the queue's to release (the v1.8 manual).
+SUSPEND_TEMPLATE = "koord-queue-suspend"
+
+
+def _held_by_template(workflow: Workflow) -> bool:
+    """The manual's way of holding a workflow (module docstring)."""
+    if not any(
+        t.get("name") == SUSPEND_TEMPLATE and "suspend" in t for t in workflow.spec.templates
+    ):
+        return False
+    if workflow.spec.suspend:
+        return True
+    return any(
+        node.get("type") == "Suspend" and node.get("phase") == "Running"
+        for node in workflow.status.nodes.values()
+    )
+
+
 class WorkflowAdapter(AnnotationHeldAdapter):
     name: ClassVar[str] = "workflow"
     kind: ClassVar[type[Object]] = Workflow
     args_type: ClassVar[type[ExtensionArgs]] = Args
     suffix: ClassVar[str] = "-wf-qu"
+
+    def is_suspended(self, job: Object) -> bool:
+        workflow = _job(job)
+        return super().is_suspended(workflow) or (
+            not has_suspend_annotation(workflow, "false") and _held_by_template(workflow)
+        )
 
     def is_managed(self, job: Object) -> bool:
         workflow = _job(job)
@@ -129,7 +156,10 @@ class WorkflowAdapter(AnnotationHeldAdapter):
         status = replace(
             workflow.status, phase="Running", started_at=workflow.status.started_at or now
         )
-        return replace(workflow, metadata=meta, status=status)
+        spec = workflow.spec
+        if spec.suspend and _held_by_template(workflow):
+            spec = replace(spec, suspend=False)
+        return replace(workflow, metadata=meta, spec=spec, status=status)
 
     def observe(self, job: Object, pods: Mapping[str, Sequence[Pod]], now: datetime) -> Object:
         workflow = _job(job)

@@ -4,7 +4,9 @@
 (``koord-queue`` by default): priority 1000, policy from the quota's label
 ``koord-queue/queue-policy`` (either prefix; anything but ``Priority``, ``Block`` or
 ``Intelligent`` means ``Priority``), label ``create-by-kubequeue: "true"``, the quota's parent
-label and its ``quota-koord-queue-enable`` annotation copied. ``koordinator-default-quota``
+label and its ``quota-koord-queue-enable`` annotation copied, and the queue tuning annotations
+the v1.8 manual sets on the ElasticQuota (``priority-threshold``, ``max-depth``,
+``wait-for-pods-running``, either prefix) carried over. ``koordinator-default-quota``
 gets one too, so a job without a quota label is still admitted. A unit waits in its quota's
 queue, or in the queue its ``koord-queue/queue-name`` annotation names when that queue exists
 and accepts the quota (the queue is the quota's own, or its ``available-quota`` annotation
@@ -32,6 +34,7 @@ store's units hold.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from typing import Final
 
 import msgspec
 
@@ -57,6 +60,18 @@ NAME = "ElasticQuota"
 POLICIES = ("Priority", "Block", "Intelligent")
 #: Priority of the queues created for quotas.
 AUTO_QUEUE_PRIORITY = 1000
+
+
+#: Queue tuning annotations an ElasticQuota passes on to its Queue (both spellings).
+_TUNING: Final = frozenset(
+    key
+    for current in (
+        k.ANNOTATION_QUEUE_PRIORITY_THRESHOLD,
+        k.ANNOTATION_QUEUE_MAX_DEPTH,
+        k.ANNOTATION_QUEUE_WAIT_FOR_PODS_RUNNING,
+    )
+    for key in (current, k.QUEUE_LEGACY_KEYS[current])
+)
 
 
 class ElasticQuotaArgs(
@@ -128,6 +143,9 @@ class ElasticQuota:
         enable = quota.metadata.annotations.get(k.ANNOTATION_QUOTA_KOORD_QUEUE_ENABLE)
         if enable is not None:
             annotations[k.ANNOTATION_QUOTA_KOORD_QUEUE_ENABLE] = enable
+        annotations.update(
+            (key, value) for key, value in quota.metadata.annotations.items() if key in _TUNING
+        )
         return Queue(
             metadata=ObjectMeta(
                 name=quota.name,
