@@ -99,6 +99,16 @@ ENCODED_CACHE_SIZE = 8_192
 #: hex digit -> the digit with the RFC 4122 variant bits (10xx) set
 _UUID_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
+
+def _RESOURCE_VERSION_ON_CREATE(value: str) -> validation.FieldError:  # noqa: N802
+    """The API server's refusal of a create that carries a resourceVersion."""
+    return validation.invalid(
+        "metadata.resourceVersion",
+        value,
+        "must be empty: it should not be set on objects to be created",
+    )
+
+
 _FINALIZERS_FORBIDDEN = validation.FieldError(
     "metadata.finalizers",
     "Forbidden",
@@ -551,6 +561,8 @@ class Store:
         meta = obj.metadata
         ns = self._namespace(shape, meta.namespace)
         errors = validation.object_meta(meta, namespaced=shape.namespaced)
+        if meta.resource_version:
+            errors.append(_RESOURCE_VERSION_ON_CREATE(meta.resource_version))
         prefix = meta.generate_name[:MAX_GENERATE_PREFIX]
         if not meta.name and prefix:
             errors.extend(
@@ -674,14 +686,6 @@ class Store:
         meta = obj.metadata
         ns, found = self._existing(shape, meta, verb="apply")
         if found is None:
-            if meta.resource_version:
-                raise Conflict.of(
-                    shape.kind,
-                    meta.name,
-                    ns,
-                    detail=f"the object does not exist (resourceVersion"
-                    f" {meta.resource_version} was given)",
-                )
             return self._create(txn, obj), Outcome.CREATED
         stored = cast("ObjT", found)
         self._preconditions(shape.kind, stored, meta)

@@ -241,6 +241,8 @@ class QueueingLoop:
         self._runtime_quota: RuntimeQuota | None = None
         self._total: dict[str, int] = {}
         self._external_demand: dict[str, dict[str, int]] = {}
+        #: What each bound pod outside the queue is charged (quota, request, non-preemptible).
+        self._external_charges: dict[str, tuple[str, ResourceList, bool]] = {}
         self._runtime_dirty = True
         self._written: dict[str, _Written] = {}
         self._rates: dict[str, AdmissionRate] = {}
@@ -499,6 +501,7 @@ class QueueingLoop:
         index = self.engine.index
         ledger = self.engine.ledger
         demand: dict[str, dict[str, int]] = {}
+        charges: dict[str, tuple[str, ResourceList, bool]] = {}
         seen: set[str] = set()
         for pod in self._objects[_POD.key].values():
             if not isinstance(pod, Pod) or pod.is_terminated or _is_queue_pod(pod):
@@ -515,16 +518,15 @@ class QueueingLoop:
                     f"pod:{pod.metadata.uid or pod.metadata.namespace + '/' + pod.metadata.name}"
                 )
                 seen.add(holder)
-                ledger.charge(
-                    holder,
-                    quota,
-                    request,
-                    non_preemptible=pod.metadata.labels.get(k.LABEL_QUOTA_PREEMPTIBLE) == "false",
-                )
+                non_preemptible = pod.metadata.labels.get(k.LABEL_QUOTA_PREEMPTIBLE) == "false"
+                charges[holder] = (quota, request, non_preemptible)
+                ledger.charge(holder, quota, request, non_preemptible=non_preemptible)
         for holder in [h for h in ledger.holders() if h.startswith("pod:") and h not in seen]:
             ledger.release(holder)
-        # What pods outside the queue use shows in their quotas' status too.
-        self._status_dirty = True
+        if charges != self._external_charges:
+            # What pods outside the queue use shows in their quotas' status too.
+            self._external_charges = charges
+            self._status_dirty = True
         if demand != self._external_demand:
             self._external_demand = demand
             self._runtime_dirty = True

@@ -93,7 +93,7 @@ def test_a_deployment_template_must_restart_always() -> None:
 
 def test_bad_template_labels_are_refused() -> None:
     text = DEPLOYMENT.replace(
-        "      labels:\n        app: nginx", "      labels:\n        app: nginx\n        -x: y"
+        "      labels:\n        app: nginx", '      labels:\n        app: nginx\n        -x: "y"'
     )
     message = refused(text)
     assert 'spec.template.metadata.labels: Invalid value: "-x"' in message

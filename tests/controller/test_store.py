@@ -80,7 +80,6 @@ def test_create_ignores_server_owned_fields_given_by_the_caller(store: Store) ->
     given_meta = ObjectMeta(
         name="web",
         uid="not-mine",
-        resource_version="77",
         generation=9,
         creation_timestamp=datetime(2000, 1, 1, tzinfo=UTC),
         deletion_timestamp=datetime(2000, 1, 1, tzinfo=UTC),
@@ -313,9 +312,14 @@ def test_apply_with_stale_version_conflicts(store: Store) -> None:
     assert obj.spec.size == 3
 
 
-def test_apply_of_missing_object_with_a_version_conflicts(store: Store) -> None:
-    with pytest.raises(Conflict, match="does not exist"):
-        store.apply(widget("web", resource_version="5"))
+def test_a_create_carrying_a_resource_version_is_refused_naming_the_field(store: Store) -> None:
+    """As the API server refuses it (kubectl apply of a new object included): nothing stored."""
+    store.create(widget("kept"))
+    for write in (store.apply, store.create):
+        with pytest.raises(Invalid, match=r"metadata\.resourceVersion: Invalid value: \"5\""):
+            write(widget("web", resource_version="5"))
+    assert not store.exists(WIDGETS, "web")
+    assert store.exists(WIDGETS, "kept")
 
 
 def test_apply_needs_a_name(store: Store) -> None:
