@@ -14,7 +14,7 @@ from apis.errors import DecodeError
 from apis.meta import ObjectMeta
 from apis.scheduling import Device
 from apis.slo import NodeSLOSpec
-from controller.errors import Conflict
+from controller.errors import Invalid
 from controller.store import Store
 
 DATA = Path(__file__).parent.parent / "data" / "vendor-cli"
@@ -249,8 +249,8 @@ async def test_a_resource_version_on_a_new_object_is_refused_and_nothing_is_stor
     [obj] = decode_documents(pod(metadata="{name: p, namespace: default, resourceVersion: '7'}"))
     assert isinstance(obj, Pod)
     assert obj.metadata == ObjectMeta(name="p", namespace="default", resource_version="7")
-    with pytest.raises(Conflict) as caught:
+    with pytest.raises(Invalid) as caught:
         store.apply(obj)
-    assert "resourceVersion 7" in str(caught.value)
+    assert 'metadata.resourceVersion: Invalid value: "7"' in str(caught.value)
     items, _ = store.list(store.registry.for_type(Pod))
     assert items == []
