@@ -51,6 +51,7 @@ from koordpy.bus import Bus
 from koordpy.exposition import MetricsAddressError, MetricsEndpoint, serve_metrics
 
 __all__ = [
+    "DEMO_ADDRESSES",
     "DEMO_NODES",
     "UpConfig",
     "default_state_dir",
@@ -77,6 +78,14 @@ DEMO_CAPACITY_TYPES: Final[dict[str, str]] = {
     "demo-metax-c500": "reserved",
     "demo-ascend-910b3": "on-demand",
     "demo-ascend-300i-duo": "on-demand",
+}
+#: Each simulated node's InternalIP, from the documentation range (RFC 5737, TEST-NET-1): the
+#: pods placed there report a host and pod IP, and no address reaches a real machine.
+DEMO_ADDRESSES: Final[dict[str, str]] = {
+    "demo-nvidia-h100": "192.0.2.11",
+    "demo-metax-c500": "192.0.2.12",
+    "demo-ascend-910b3": "192.0.2.13",
+    "demo-ascend-300i-duo": "192.0.2.14",
 }
 #: Seconds the simulated nodes get to publish their first report before the banner.
 READY_TIMEOUT: Final = 30.0
@@ -142,14 +151,14 @@ def demo_cpu_topology() -> tuple[CpuInfo, ...]:
 
 def _simulated_facts(name: str, host: HostPaths) -> Callable[[], HostFacts]:
     """A simulated node: a GPU server of its own (:func:`demo_cpu_topology`), this machine's
-    kernel and OS, its own hostname and no addresses of ours."""
+    kernel and OS, its own hostname and a documentation address (:data:`DEMO_ADDRESSES`)."""
     topology = tuple(sorted(demo_cpu_topology(), key=lambda cpu: cpu.cpu))
 
     def read() -> HostFacts:
         return dataclasses.replace(
             read_host_facts(host),
             hostname=name,
-            internal_ips=(),
+            internal_ips=(DEMO_ADDRESSES[name],) if name in DEMO_ADDRESSES else (),
             cpus=len(topology),
             memory=DEMO_MEMORY,
             ephemeral_storage=DEMO_STORAGE,
