@@ -31,6 +31,7 @@ from controller.store import Store
 from controller.workloads.daemonset import DaemonSetController
 from controller.workloads.deployment import DeploymentController
 from controller.workloads.gc import GarbageCollector
+from controller.workloads.job import BatchJobController
 from controller.workloads.replicaset import ReplicaSetController
 from controller.workloads.statefulset import StatefulSetController
 
@@ -65,6 +66,7 @@ LOOPS: Mapping[str, LoopFactory] = {
     "statefulsets": StatefulSetController,
     "daemonsets": DaemonSetController,
     "workload-gc": GarbageCollector,
+    "batch-jobs": BatchJobController,
     "jobs": JobController,
     "queueing": QueueingLoop,
     "reservations": ReservationController,

@@ -56,7 +56,7 @@ import heapq
 import logging
 import random
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
@@ -87,6 +87,7 @@ from controller.queueing.jobs.base import (
     requests_from_limits,
     total_request,
 )
+from controller.queueing.jobs.batchjob import BatchJobAdapter
 from controller.snapshots import Snapshot
 from controller.store import Store
 
@@ -97,7 +98,9 @@ __all__ = [
     "RUN_PHASES",
     "JobController",
     "JobPlan",
+    "batch_job_labels",
     "gate_pods",
+    "held_by_queue",
     "make_pod",
     "new_unit",
     "plan_job",
@@ -142,6 +145,7 @@ JobKey = tuple[str, str, str]  # extension, namespace, name
 PriorityResolver = Callable[[str, "int | None"], int]
 
 _INVALID_NAME = re.compile(r"[^a-z0-9-]+")
+_BATCH: Final = BatchJobAdapter()
 
 
 # --- pure pieces ----------------------------------------------------------------------------------
@@ -322,9 +326,11 @@ def _updates_for(unit: QueueUnit, pod_set: str) -> list[PodSetUpdate]:
     ]
 
 
-def _batch_job_labels(job: Object, index: int) -> dict[str, str]:
+def batch_job_labels(job: Object, index: int) -> dict[str, str]:
     """The labels Kubernetes' Job controller gives a ``batch/v1`` Job's pods (none for others);
-    an ``Indexed`` job's pods also carry their completion index."""
+    an ``Indexed`` job's pods also carry their completion index. Shared with the standalone
+    Job controller (:mod:`controller.workloads.job`), which runs the Jobs the queue does not
+    hold (:func:`held_by_queue`)."""
     if not isinstance(job, Job):
         return {}
     name, uid = job.metadata.name, job.metadata.uid
@@ -337,6 +343,15 @@ def _batch_job_labels(job: Object, index: int) -> dict[str, str]:
     if job.spec.completion_mode == "Indexed":
         labels[LABEL_BATCH_COMPLETION_INDEX] = str(index)
     return labels
+
+
+def held_by_queue(job: Job, queued: Collection[str]) -> bool:
+    """Whether the queue path owns ``job`` (``queued``: the uids of the jobs a QueueUnit is
+    controlled by): from the moment it is held (created ``suspend: true``, never started) and
+    for as long as a QueueUnit of it exists. Every other batch Job is run by the standalone
+    Job controller (:mod:`controller.workloads.job`); one that was started there and is
+    suspended later keeps its ``startTime``, so it never becomes the queue's."""
+    return job.metadata.uid in queued or _BATCH.is_managed(job)
 
 
 def make_pod(
@@ -362,7 +377,7 @@ def make_pod(
         value = job.metadata.labels.get(key)
         if value is not None:
             labels[key] = value
-    labels.update(_batch_job_labels(job, index))
+    labels.update(batch_job_labels(job, index))
     labels[k.LABEL_JOB_REPLICA_INDEX] = str(index)
     labels[k.LABEL_SCHEDULE_ADMISSION] = "false"
     annotations[k.ANNOTATION_RELATED_QUEUEUNIT] = f"{unit.metadata.namespace}/{unit.metadata.name}"
