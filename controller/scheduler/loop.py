@@ -32,8 +32,13 @@ Each pass (:meth:`SchedulerLoop.reconcile`):
 5. for a pod no node fits: condition ``PodScheduled=False`` reason ``Unschedulable`` with
    the FitError summary and the annotation ``scheduling.koordpy.io/diagnosis``, written
    (in one transaction for the pass) only when they changed, and a ``FailedScheduling``
-   Warning Event (aggregated by the recorder) per attempt. An attempt that fails with
-   status Error (a malformed annotation) gets the Event with the error text too. When a
+   Warning Event (aggregated by the recorder) per attempt; the pod waits for a cluster event.
+   A Reserve or Permit rejection is the FitError of the one node it judged
+   (``0/1 nodes are available: 1 <reason>.``). An attempt that fails with status Error (a
+   malformed annotation, a plugin that raised, a PreBind or Bind failure) writes
+   ``PodScheduled=False`` reason ``SchedulerError`` with the error text, the Event with it,
+   and backs off (1 s doubling up to 10 s; the pass returns when the retry is due). The
+   condition writers are :mod:`.conditions`. When a
    PostFilter preempts: ``status.nominatedNodeName`` is set on the pod, and each victim is
    deleted with a ``Preempted`` Normal Event (``Preempted by pod <uid> on node <node>``);
    the pod is retried once the deletions release it, and binding clears the nomination.
@@ -72,7 +77,7 @@ import msgspec
 
 from apis.constants import LABEL_SCHEDULE_ADMISSION
 from apis.core import Node, Pod
-from apis.meta import Condition, Object
+from apis.meta import Object
 from apis.scheduling import Reservation
 from controller.errors import StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
@@ -84,12 +89,20 @@ from controller.reservations.controller import (
     mark_unschedulable,
 )
 from controller.scheduler import framework as fw
+from controller.scheduler.conditions import (
+    POD_SCHEDULED,
+    bound_pod,
+    nominated_pod,
+    scheduler_error_pod,
+    unschedulable_pod,
+)
 from controller.scheduler.config import ConfigWatch
 from controller.scheduler.cycle import BindPlan, Decision, abandon, prepare_binding, schedule_one
 from controller.scheduler.explain import (
     DIAGNOSIS_ANNOTATION,
     diagnosis_annotation,
     fit_error_message,
+    rejection_diagnosis,
 )
 from controller.scheduler.metrics import SchedulerMetrics
 from controller.scheduler.nodetable import NodeTable, Placed, is_assigned
@@ -118,82 +131,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-POD_SCHEDULED = "PodScheduled"
-UNSCHEDULABLE = "Unschedulable"
 FAILED_SCHEDULING = "FailedScheduling"
 #: Event reason on a pod evicted to make room for a pod of higher priority.
 PREEMPTED = "Preempted"
 
 NodeSignature = tuple[object, ...]
 
+_REJECTED = frozenset({fw.Code.UNSCHEDULABLE, fw.Code.UNSCHEDULABLE_AND_UNRESOLVABLE})
+
 #: Scheduling attempts per pass, by default (a few tenths of a second of work at most).
 MAX_ATTEMPTS_PER_PASS = 1000
-
-
-def _scheduled_condition(pod: Pod) -> Condition | None:
-    return next((c for c in pod.status.conditions if c.type == POD_SCHEDULED), None)
-
-
-def _with_condition(pod: Pod, condition: Condition) -> tuple[Condition, ...]:
-    others = tuple(c for c in pod.status.conditions if c.type != POD_SCHEDULED)
-    return (*others, condition)
-
-
-def bound_pod(pod: Pod, node: str, plan: BindPlan, now: datetime) -> Pod:
-    """``pod`` bound to ``node``: what the default binder writes."""
-    annotations = {**pod.metadata.annotations, **plan.annotations}
-    annotations.pop(DIAGNOSIS_ANNOTATION, None)
-    labels = {**pod.metadata.labels, **plan.labels}
-    condition = Condition(type=POD_SCHEDULED, status="True", last_transition_time=now)
-    return msgspec.structs.replace(
-        pod,
-        metadata=msgspec.structs.replace(pod.metadata, annotations=annotations, labels=labels),
-        spec=msgspec.structs.replace(pod.spec, node_name=node),
-        status=msgspec.structs.replace(
-            pod.status, conditions=_with_condition(pod, condition), nominated_node_name=""
-        ),
-    )
-
-
-def nominated_pod(pod: Pod, node: str) -> Pod:
-    """``pod`` with ``status.nominatedNodeName`` set to ``node`` (after a preemption)."""
-    if pod.status.nominated_node_name == node:
-        return pod
-    return msgspec.structs.replace(
-        pod, status=msgspec.structs.replace(pod.status, nominated_node_name=node)
-    )
-
-
-def unschedulable_pod(pod: Pod, message: str, diagnosis: str, now: datetime) -> Pod | None:
-    """``pod`` with ``PodScheduled=False`` and the diagnosis; None when it already says so."""
-    current = _scheduled_condition(pod)
-    same_condition = (
-        current is not None
-        and current.status == "False"
-        and current.reason == UNSCHEDULABLE
-        and current.message == message
-    )
-    if same_condition and pod.metadata.annotations.get(DIAGNOSIS_ANNOTATION) == diagnosis:
-        return None
-    since = (
-        current.last_transition_time
-        if current is not None and current.status == "False" and current.last_transition_time
-        else now
-    )
-    condition = Condition(
-        type=POD_SCHEDULED,
-        status="False",
-        reason=UNSCHEDULABLE,
-        message=message,
-        last_probe_time=None,
-        last_transition_time=since,
-    )
-    annotations = {**pod.metadata.annotations, DIAGNOSIS_ANNOTATION: diagnosis}
-    return msgspec.structs.replace(
-        pod,
-        metadata=msgspec.structs.replace(pod.metadata, annotations=annotations),
-        status=msgspec.structs.replace(pod.status, conditions=_with_condition(pod, condition)),
-    )
 
 
 def _fit_inputs(pod: Pod) -> tuple[object, ...]:
@@ -493,10 +440,10 @@ class SchedulerLoop:
     def _schedule_ready(self, store: Store, now: datetime) -> None:
         binds: list[tuple[QueuedPod, Profile, Decision, BindPlan]] = []
         explained: list[tuple[Object, str, Object | None]] = []
-        #: Attempts that failed with status Error (a malformed annotation): one Event each.
-        errors: list[tuple[Object, str]] = []
+        #: Pods their Permit plugin rejected while they waited: one Event each.
+        rejected: list[tuple[Object, str]] = []
         preempted: list[tuple[Pod, str, tuple[Pod, ...]]] = []
-        errors.extend(self._settle_waiting(binds))
+        rejected.extend(self._settle_waiting(binds))
         nominations = _Nominations(self._table, self._nominated_pods())
         for entry in self._queue.pop_ready(self._max_attempts):
             pod = entry.pod
@@ -520,13 +467,16 @@ class SchedulerLoop:
                 abandon(profile, self._table, decision)
                 log.warning("binding %s failed: %s", entry.key, plan.status.message)
                 self._queue.backoff(entry.key)
+                explained.append(self._scheduler_error(pod, plan.status.message, now))
             elif code is fw.Code.WAIT and decision.row is not None:
                 # Held assumed on its node (in flight in the queue) until its plugin decides.
                 self._waiting[entry.key] = (entry, profile, decision)
-            elif code is fw.Code.UNSCHEDULABLE and decision.diagnosis is not None:
+            elif code in _REJECTED:
+                # A Reserve or Permit rejection has no diagnosis: it judged the one node.
+                diagnosis = decision.diagnosis or rejection_diagnosis(decision.status)
                 self._queue.park(entry.key)
-                message = fit_error_message(decision.diagnosis)
-                annotation = diagnosis_annotation(decision.diagnosis)
+                message = fit_error_message(diagnosis)
+                annotation = diagnosis_annotation(diagnosis)
                 updated = unschedulable_pod(pod, message, annotation, now)
                 if decision.nominated:
                     updated = nominated_pod(updated or pod, decision.nominated)
@@ -547,17 +497,17 @@ class SchedulerLoop:
                 )
                 self._queue.backoff(entry.key)
                 if code is fw.Code.ERROR:
-                    errors.append((self._reservation_of(pod) or pod, decision.status.message))
+                    explained.append(self._scheduler_error(pod, decision.status.message, now))
         nominations.done()
-        errors.extend(self._settle_waiting(binds))
+        rejected.extend(self._settle_waiting(binds))
         if binds:
             self._bind(store, binds, now)
         if explained:
             self._explain(store, explained)
         if preempted:
             self._preempt(store, preempted)
-        if errors and self._recorder is not None:
-            for involved, message in errors:
+        if rejected and self._recorder is not None:
+            for involved, message in rejected:
                 self._recorder.record(
                     involved, type=WARNING, reason=FAILED_SCHEDULING, message=message
                 )
@@ -688,6 +638,16 @@ class SchedulerLoop:
             return mark_available(reservation, node, now)
         except (ReservationNotActive, AnnotationError) as err:
             return err
+
+    def _scheduler_error(
+        self, pod: Pod, message: str, now: datetime
+    ) -> tuple[Object, str, Object | None]:
+        """What an attempt that failed with an error writes: ``PodScheduled=False`` reason
+        ``SchedulerError`` (``Scheduled=False`` on a reserve pod's Reservation), an Event."""
+        reservation = self._reservation_of(pod)
+        if reservation is not None:
+            return (reservation, message, _unschedulable_reservation(reservation, message, now))
+        return (pod, message, scheduler_error_pod(pod, message, now))
 
     def _explain(self, store: Store, explained: list[tuple[Object, str, Object | None]]) -> None:
         """Write the changed conditions in one transaction, then one Event per attempt."""

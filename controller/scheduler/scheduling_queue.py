@@ -1,7 +1,11 @@
 """The scheduling queue: active, backoff and unschedulable pods, kube-scheduler's way.
 
-- **active**: pods ready for an attempt, popped in order of priority (highest first), then
-  creation time (oldest first), then ``namespace/name``;
+- **active**: pods ready for an attempt, popped in kube-scheduler's PrioritySort order (the
+  queue sort v1.8's koord-scheduler profile enables): ``spec.priority`` first (highest first;
+  :func:`~apis.qos.scheduling_priority`, 0 for a pod without one), then the time the pod
+  entered the queue (oldest first; a failed attempt re-enters it then), then, for pods that
+  entered at the same instant, creation time and creation order (the resourceVersion the pod
+  had when first queued), then ``namespace/name``;
 - **backoff**: pods waiting out a backoff after a failed attempt: ``initial * 2**(n-1)``
   seconds after their n-th attempt, capped (kube-scheduler's defaults: 1 s, 10 s);
 - **unschedulable**: pods no node fits; they stay until an event that may make them
@@ -23,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from apis.core import Pod
-from apis.qos import priority_value
+from apis.qos import scheduling_priority
 from controller.scheduler.podinfo import created_at, pod_key
 
 __all__ = ["QueuedPod", "SchedulingQueue", "Where"]
@@ -46,6 +50,10 @@ class QueuedPod:
     key: str
     priority: int
     created: float
+    #: When the pod entered the queue, or last re-entered it after a failed attempt.
+    queued: float = 0.0
+    #: The resourceVersion the pod had when first queued: its creation order, near enough.
+    arrival: int = 0
     where: Where = Where.ACTIVE
     attempts: int = 0
     #: When the last attempt started.
@@ -56,8 +64,8 @@ class QueuedPod:
     generation: int = 0
 
     @property
-    def order(self) -> tuple[int, float, str]:
-        return (-self.priority, self.created, self.key)
+    def order(self) -> tuple[int, float, float, int, str]:
+        return (-self.priority, self.queued, self.created, self.arrival, self.key)
 
 
 class SchedulingQueue:
@@ -106,10 +114,17 @@ class SchedulingQueue:
         key = pod_key(pod)
         entry = self._entries.get(key)
         if entry is None:
-            self._entries[key] = QueuedPod(pod, key, priority_value(pod), created_at(pod))
+            self._entries[key] = QueuedPod(
+                pod,
+                key,
+                scheduling_priority(pod),
+                created_at(pod),
+                queued=self._clock(),
+                arrival=_resource_version(pod),
+            )
             return
         entry.pod = pod
-        entry.priority = priority_value(pod)
+        entry.priority = scheduling_priority(pod)
         if changed and entry.where is Where.UNSCHEDULABLE:
             self._release(entry, self._clock())
 
@@ -146,14 +161,16 @@ class SchedulingQueue:
         """The attempt failed with an error: retry after the pod's backoff."""
         entry = self._entries.get(key)
         if entry is not None:
-            self._to_backoff(entry, self._clock())
+            now = self._clock()
+            entry.queued = now
+            self._to_backoff(entry, now)
 
     def park(self, key: str) -> None:
         """No node fits: wait for a relevant event (or the unschedulable timeout)."""
         entry = self._entries.get(key)
         if entry is not None:
             entry.where = Where.UNSCHEDULABLE
-            entry.since = self._clock()
+            entry.since = entry.queued = self._clock()
             entry.generation += 1
 
     def move_all(self) -> int:
@@ -217,3 +234,10 @@ class SchedulingQueue:
         for entry in self._unschedulable():
             if now - entry.since >= self._max_unschedulable:
                 self._release(entry, now)
+
+
+def _resource_version(pod: Pod) -> int:
+    try:
+        return int(pod.metadata.resource_version or 0)
+    except ValueError:
+        return 0

@@ -252,4 +252,6 @@ def test_strict_rejects_the_waiting_member_and_non_strict_keeps_it_waiting() -> 
     waiting = {mode: _messages(o, "pod-example1") for mode, o in outcomes.items()}
     assert any(m.startswith(member) for m in waiting["Strict"])
     assert not any(m.startswith(member) for m in waiting["NonStrict"])
-    assert set(waiting["NonStrict"]) == {timeout}
+    # Its first rejection is the timeout; after it, pod-example2 (queued since its own
+    # failure, earlier) goes first, so later attempts of pod-example1 may find no room.
+    assert waiting["NonStrict"][0] == timeout
