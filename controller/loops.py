@@ -25,6 +25,7 @@ from controller.queueing.jobcontroller import JobController
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.podlifecycle import PodLifecycle
 from controller.reservations.controller import ReservationController
+from controller.scheduler.config import ConfigInForce
 from controller.scheduler.loop import SchedulerLoop
 from controller.slo.loop import NodeSLOController
 from controller.store import Store
@@ -83,11 +84,14 @@ def build_loops(table: Mapping[str, LoopFactory] | None = None) -> list[ControlL
     """Instantiate every loop of ``table`` (default :data:`LOOPS`)."""
     loops = [factory() for factory in (LOOPS if table is None else table).values()]
     evictions = EvictionBuckets()  # one evictQPS bucket for the descheduler's evictions
+    scheduler_config = ConfigInForce()  # one koord-scheduler configuration, read once
     for loop in loops:
         if not isinstance(loop, ControlLoop):
             raise TypeError(f"{loop!r} does not implement ControlLoop")
         if isinstance(loop, DeschedulerLoop | MigrationController):
             loop.share_evictions(evictions)
+        if isinstance(loop, SchedulerLoop | ReservationController):
+            loop.share_configuration(scheduler_config)
     return loops
 
 

@@ -20,6 +20,12 @@ reservation whose Expired condition changed more than ``gcDurationSeconds`` ago,
 ``Succeeded`` one whose Succeeded condition was probed that long ago, and either kind whose
 node is gone.
 
+Settings: the ``ReservationArgs`` of the scheduler configuration in force (the Reservation
+plugin's ``pluginConfig`` in ``koord-scheduler-config``, as Koordinator's controller runs
+inside koord-scheduler with them), followed through the
+:class:`~controller.scheduler.config.ConfigInForce` the scheduler loop follows; a controller
+built with ``args`` keeps those.
+
 Decisions taken where Koordinator's behaviour is an accident (§9 item 2):
 
 - Koordinator only looks at assigned reservations, so one that was never scheduled is never
@@ -54,15 +60,20 @@ from apis.meta import Condition, ObjectReference
 from apis.resources import ResourceList
 from apis.scheduling import Reservation
 from controller.errors import StoreError
+from controller.events import EventRecorder
 from controller.mutations import whole_seconds
 from controller.reservations import AnnotationError
 from controller.reservations.accounting import masked_requests
 from controller.reservations.affinity import parse_allocated
 from controller.reservations.args import ReservationArgs
 from controller.reservations.reserve_pod import allocatable_at_bind
+from controller.scheduler.config import ConfigInForce
+from controller.scheduler.profile import KOORD_SCHEDULER
 
 if TYPE_CHECKING:  # controller.loops lists this loop: no import back at run time
     from controller.loops import LoopContext
+    from controller.snapshots import Snapshot
+    from controller.store import Store
 
 __all__ = [
     "MAX_REQUEUE_SECONDS",
@@ -330,12 +341,45 @@ class ReservationController:
         self.args = args or ReservationArgs()
         self.expire_pending = expire_pending
         self._next_gc: datetime | None = None
+        #: The scheduler configuration followed (None: ``args`` were given).
+        self._config = ConfigInForce() if args is None else None
+        self._generation = 0
+        self._recorder: tuple[Store, EventRecorder] | None = None
+
+    def share_configuration(self, shared: ConfigInForce) -> None:
+        """Follow ``shared``, the configuration the scheduler loop follows (a controller built
+        with ``args`` keeps them)."""
+        if self._config is not None:
+            self._config, self._generation = shared, 0
+
+    def _follow(self, ctx: LoopContext, snapshot: Snapshot) -> None:
+        """Take the Reservation args of a new scheduler configuration."""
+        if self._config is None:
+            return
+        store = ctx.store
+        if self._recorder is None or self._recorder[0] is not store:
+            # A refused configuration is reported by koord-scheduler, whichever loop sees it.
+            self._recorder = (store, EventRecorder(store, component=KOORD_SCHEDULER, clock=ctx.now))
+        config = self._config.poll(snapshot, store.registry, self._recorder[1])
+        if config is None or self._generation == self._config.generation:
+            return
+        self._generation = self._config.generation
+        args = config.plugin_args("Reservation")
+        self.args = args if isinstance(args, ReservationArgs) else ReservationArgs()
+        self._next_gc = None
+        log.info(
+            "reservation controller: gcDurationSeconds %s, gcIntervalSeconds %s, GC %s",
+            self.args.effective_gc_duration_seconds,
+            self.args.gc_interval_seconds,
+            "off" if self.args.disable_garbage_collection else "on",
+        )
 
     def reconcile(self, ctx: LoopContext) -> float | None:
         store = ctx.store
         registry = store.registry
         now = ctx.now()
         snapshot = store.snapshot()
+        self._follow(ctx, snapshot)
         reservations = [
             r
             for r in snapshot.objects(registry.for_type(Reservation))

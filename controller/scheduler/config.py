@@ -34,7 +34,9 @@ Any error raises :class:`SchedulerConfigError` naming the field as the user wrot
 value, e.g. ``profiles[0].pluginConfig[1].args.usageThresholds.cpu: must be between 0 and 100
 (value: 120)``. :class:`ConfigWatch` is what the scheduler loop polls: a new valid ConfigMap
 replaces the configuration; a bad one gets a Warning Event ``InvalidConfiguration`` on the
-ConfigMap and a log line, and the configuration in force stays.
+ConfigMap and a log line, and the configuration in force stays. :class:`ConfigInForce` holds
+that configuration for every loop that follows it (the scheduler, and the reservation
+controller for its Reservation args), so the ConfigMap is resolved once.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ __all__ = [
     "FEATURE_GATES_KEY",
     "INVALID_CONFIGURATION",
     "KIND",
+    "ConfigInForce",
     "ConfigWatch",
     "KubeSchedulerConfiguration",
     "SchedulerConfigError",
@@ -256,11 +259,22 @@ class SchedulerConfiguration:
     #: The document it came from (None: the shipped configuration).
     document: KubeSchedulerConfiguration | None = None
 
+    def plugin_args(self, plugin: str) -> object | None:
+        """The decoded args of ``plugin`` for what runs once per scheduler (a plugin's
+        controller): the ``koord-scheduler`` profile's, else the first profile's that
+        configures it; None when no profile does (the plugin's defaults apply)."""
+        if plugin in self.args.get(KOORD_SCHEDULER, {}):
+            return self.args[KOORD_SCHEDULER][plugin]
+        return next((a[plugin] for a in self.args.values() if plugin in a), None)
+
 
 def default_configuration(feature_gates: FeatureGates = NO_GATES) -> SchedulerConfiguration:
     """The shipped profile (also serving ``default-scheduler``) with ``feature_gates``."""
     profile = build_profile(DEFAULT_CONFIG, feature_gates=feature_gates)
-    args = {p.name: p.args for p in DEFAULT_CONFIG.plugin_config}
+    args = {
+        p.name: _decode_args(f"pluginConfig[{i}].args", p.name, p.args, PLUGINS[p.name])
+        for i, p in enumerate(DEFAULT_CONFIG.plugin_config)
+    }
     return SchedulerConfiguration(
         profiles=(profile,), feature_gates=feature_gates, args={KOORD_SCHEDULER: args}
     )
@@ -646,6 +660,30 @@ class ConfigWatch:
             config.feature_gates,
         )
         return config
+
+
+class ConfigInForce:
+    """The configuration in force, shared by the loops that follow it
+    (:func:`controller.loops.build_loops` gives the scheduler and the reservation controller
+    one): whichever polls first in a pass reads the ConfigMap through its
+    :class:`ConfigWatch`; ``generation`` tells a follower the configuration changed."""
+
+    def __init__(self, registry: Mapping[str, PluginSpec] = PLUGINS) -> None:
+        self._watch = ConfigWatch(registry)
+        self._config: SchedulerConfiguration | None = None
+        #: One more at each new configuration (0: none loaded, the shipped one is in force).
+        self.generation = 0
+
+    def poll(
+        self, snapshot: Snapshot, registry: Registry, recorder: EventRecorder | None
+    ) -> SchedulerConfiguration | None:
+        """The configuration in force once ``snapshot``'s ConfigMap is looked at (see
+        :meth:`ConfigWatch.poll`); None while none was ever loaded (the shipped one)."""
+        config = self._watch.poll(snapshot, registry, recorder)
+        if config is not None:
+            self._config = config
+            self.generation += 1
+        return self._config
 
 
 def _gates(text: str) -> FeatureGates:

@@ -57,9 +57,10 @@ pre-allocation took over with ``reservation-allocated``; a reserve pod no node f
 
 Configuration: a loop built without profiles (as ``koordpy up`` and ``simulate`` build it)
 polls the ConfigMap ``koordinator-system/koord-scheduler-config`` each pass
-(:class:`~controller.scheduler.config.ConfigWatch`); a new valid configuration replaces the
-profiles and starts the loop afresh (queue and table rebuilt from the store, as a restarted
-koord-scheduler would), a bad one is refused and the profiles in force stay.
+(:class:`~controller.scheduler.config.ConfigInForce`, shared with the reservation controller);
+a new valid configuration replaces the profiles and starts the loop afresh (queue and table
+rebuilt from the store, as a restarted koord-scheduler would), a bad one is refused and the
+profiles in force stay.
 
 It returns the seconds until the next backoff or unschedulable timeout ends (None when
 nothing waits). The loop owns the table and the queue between passes; a new store (a
@@ -96,7 +97,7 @@ from controller.scheduler.conditions import (
     scheduler_error_pod,
     unschedulable_pod,
 )
-from controller.scheduler.config import ConfigWatch
+from controller.scheduler.config import ConfigInForce
 from controller.scheduler.cycle import BindPlan, Decision, abandon, prepare_binding, schedule_one
 from controller.scheduler.explain import (
     DIAGNOSIS_ANNOTATION,
@@ -223,7 +224,9 @@ class SchedulerLoop:
         #: Attempts per pass (None: every active pod).
         self._max_attempts = max_attempts
         #: Given no profiles, the loop follows the scheduler's ConfigMap (:mod:`.config`).
-        self._watch = ConfigWatch() if profiles is None else None
+        self._watch = ConfigInForce() if profiles is None else None
+        #: The generation of the configuration installed (``ConfigInForce.generation``).
+        self._generation = 0
         self._install(tuple(profiles) if profiles is not None else (default_profile(),))
         self._metrics = metrics
         self._store: Store | None = None
@@ -281,6 +284,12 @@ class SchedulerLoop:
         #: The pods and reservations the last full pass read.
         self._seen: tuple[tuple[Object, ...], tuple[Object, ...]] | None = None
 
+    def share_configuration(self, shared: ConfigInForce) -> None:
+        """Follow ``shared`` (the configuration the reservation controller follows too);
+        nothing changes for a loop built with fixed profiles."""
+        if self._watch is not None:
+            self._watch, self._generation = shared, 0
+
     @property
     def profiles(self) -> tuple[Profile, ...]:
         """The profiles in force."""
@@ -322,7 +331,9 @@ class SchedulerLoop:
         snapshot = store.snapshot()
         if self._watch is not None:
             config = self._watch.poll(snapshot, store.registry, self._recorder)
-            if config is not None:  # a new configuration: the scheduler starts afresh
+            if config is not None and self._generation != self._watch.generation:
+                # A new configuration: the scheduler starts afresh.
+                self._generation = self._watch.generation
                 recorder = self._recorder
                 self._install(config.profiles)
                 self._reset()

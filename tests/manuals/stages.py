@@ -1,4 +1,6 @@
-"""Replaying a manual page whose steps wait for the cluster: "once the pod runs, create ...".
+"""Replaying a manual page whose steps wait for the cluster: "once the pod runs, create ...",
+as one ``koordpy simulate`` run. (A page played step by step, looking at the objects between
+steps, is simpler with :class:`tests.manuals.replay.Cluster`.)
 
 :func:`replay_in_stages` runs ``koordpy simulate`` over the first documents with one more
 control loop, the user, who applies each :class:`Stage`'s documents once its condition holds
@@ -12,14 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from apis import codec
 from apis.core import Pod
 from controller import simulate as sim
 from controller.loops import LOOPS, LoopContext
 from controller.store import Store
 from tests.manuals.replay import Outcome
 
-__all__ = ["Stage", "dump", "pod_running", "replay_in_stages", "running_pod"]
+__all__ = ["Stage", "pod_running", "replay_in_stages", "running_pod"]
 
 Condition = Callable[[Store, datetime], bool]
 
@@ -90,8 +91,3 @@ def replay_in_stages(
     user = _User(stages)
     result = sim.simulate(objects, max_time=max_time, loops={**LOOPS, "user": lambda: user})
     return Outcome(result)
-
-
-def dump(doc: object) -> str:
-    """A manifest (plain data) as YAML."""
-    return codec.dump_yaml(doc)

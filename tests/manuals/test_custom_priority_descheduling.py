@@ -5,10 +5,10 @@ The page's example: two ``node-pool=spot`` nodes, two ``node-pool=on-demand`` no
 four-replica ``stress-demo`` placed on the spot nodes first, then the page's
 ``koord-descheduler-config`` (CustomPriority, ``spot`` before ``on-demand``, MigrationController
 evicting) applied unchanged. The spot-first placement is made as the page suggests: the
-on-demand nodes join (labelled) once the four pods run on the spot nodes. The page's owner is
-a Deployment; here a batch Job with the page's pod template and four pods (koordpy brings back
-a deleted Job pod under its name, as a Deployment brings one under a new name): switch to the
-Deployment once koordpy runs Deployments. The nodes' size is not on the page: the spot nodes
+on-demand nodes join (labelled) once the four pods run on the spot nodes. ``stress-demo`` is
+the page's Deployment, applied as the page gives it; each evicted pod is replaced by its
+ReplicaSet under a new name. The steps are played one after the other
+(:class:`~tests.manuals.replay.Cluster`). The nodes' size is not on the page: the spot nodes
 hold two pods each (2 CPUs, 4 GiB), the on-demand ones more (8 CPUs, 16 GiB), so that the
 scheduler places each migrated pod's reservation on the emptier on-demand nodes (a reservation
 is only kept off the pod's own node: with room on the other spot node it may land there, and
@@ -22,14 +22,11 @@ cordoned.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from apis.core import Node, Pod
+from apis.core import Node
 from apis.scheduling import PodMigrationJob
-from controller.store import Store
-from tests.manuals.replay import Outcome, node
-from tests.manuals.stages import Stage, replay_in_stages
+from tests.manuals.replay import Cluster, Outcome, node
 
 CONFIG = """\
 apiVersion: v1
@@ -100,18 +97,20 @@ DRAIN = CONFIG.replace(
     "              mode: DrainNode\n              autoCordon: true\n",
 )
 
+#: The page's Deployment (step 2), as the page gives it.
 STRESS_DEMO = """\
-apiVersion: batch/v1
-kind: Job
+apiVersion: apps/v1
+kind: Deployment
 metadata:
   name: stress-demo
   namespace: default
   labels:
     app: stress-demo
 spec:
-  suspend: true
-  parallelism: 4
-  completions: 4
+  replicas: 4
+  selector:
+    matchLabels:
+      app: stress-demo
   template:
     metadata:
       name: stress-demo
@@ -131,9 +130,7 @@ spec:
             requests:
               cpu: "1"
               memory: "512Mi"
-      restartPolicy: Never
 """
-PODS = [f"stress-demo-{i}" for i in range(4)]
 SPOT = ["spot-node-1", "spot-node-2"]
 ON_DEMAND = ["ondemand-node-1", "ondemand-node-2"]
 
@@ -144,27 +141,29 @@ def _pool(name: str, pool: str) -> str:
     return node(name, cpu="8", memory="16Gi", labels={"node-pool": pool})
 
 
-def _all_running(store: Store, now: datetime) -> bool:
-    kind = store.registry.for_type(Pod)
-    pods = [p for p in store.list(kind)[0] if isinstance(p, Pod)]
+def _all_running(outcome: Outcome) -> bool:
+    pods = outcome.pods(app="stress-demo")
     return len(pods) == 4 and all(p.spec.node_name and p.status.phase == "Running" for p in pods)
 
 
-def replay_page(config: str) -> Outcome:
-    """The four pods on the spot nodes, then the on-demand nodes and ``config``."""
-
-    def step_4(store: Store, now: datetime) -> Sequence[str]:
-        return [*(_pool(n, "on-demand") for n in ON_DEMAND), config]
-
-    return replay_in_stages(
-        [*(_pool(n, "spot") for n in SPOT), STRESS_DEMO],
-        [Stage(when=_all_running, documents=step_4)],
-        max_time=timedelta(minutes=11),
-    )
+def replay_page(*configs: str) -> tuple[Outcome, list[str]]:
+    """Steps 2-5: the four pods on the spot nodes; then the on-demand nodes and the first of
+    ``configs``, each later one 30 seconds after the one before; 11 minutes in all. The
+    outcome, and the names of the first four pods."""
+    with Cluster(*(_pool(n, "spot") for n in SPOT), STRESS_DEMO) as cluster:
+        cluster.run_until(_all_running, within=timedelta(minutes=1))
+        first = [p.metadata.name for p in cluster.pods(app="stress-demo")]
+        assert {p.spec.node_name for p in cluster.pods(app="stress-demo")} <= set(SPOT)
+        cluster.apply(*(_pool(n, "on-demand") for n in ON_DEMAND), configs[0])
+        for config in configs[1:]:
+            cluster.run(timedelta(seconds=30))
+            cluster.apply(config)
+        cluster.run(timedelta(minutes=11) - timedelta(seconds=30) * (len(configs) - 1))
+        return cluster.outcome(), first
 
 
 def placement(outcome: Outcome) -> dict[str, str]:
-    return {p.metadata.name: p.spec.node_name for p in outcome.all("Pod") if isinstance(p, Pod)}
+    return {p.metadata.name: p.spec.node_name for p in outcome.pods(app="stress-demo")}
 
 
 def evictions(outcome: Outcome) -> list[tuple[datetime | None, str, str]]:
@@ -177,15 +176,16 @@ def evictions(outcome: Outcome) -> list[tuple[datetime | None, str, str]]:
 
 def test_best_effort_moves_every_pod_from_spot_to_on_demand() -> None:
     """``BestEffort``: the spot pods are evicted one by one (the default ``objectLimiters``
-    let a 4-pod workload start a migration every 2.5 minutes) through PodMigrationJobs, each run
-    again on an on-demand node; nothing is cordoned."""
-    outcome = replay_page(CONFIG)
+    let a 4-pod workload start a migration every 2.5 minutes) through PodMigrationJobs, each
+    replaced by a new pod of the ReplicaSet on an on-demand node; nothing is cordoned."""
+    outcome, first = replay_page(CONFIG)
     where = placement(outcome)
-    assert sorted(where) == PODS
+    assert len(where) == 4
+    assert not set(where) & set(first)  # each replaced by a new pod of the ReplicaSet
     assert set(where.values()) <= set(ON_DEMAND)
-    assert all(p.status.phase == "Running" for p in outcome.all("Pod") if isinstance(p, Pod))
+    assert all(p.status.phase == "Running" for p in outcome.pods(app="stress-demo"))
     evicted = evictions(outcome)
-    assert sorted(pod for _, pod, _ in evicted) == PODS  # each pod once
+    assert sorted(pod for _, pod, _ in evicted) == first  # each pod once
     assert len({at for at, _, _ in evicted}) == 4  # one at a time
     reason = "evicting from spot priority resource to lower priority resource"
     assert all(
@@ -196,6 +196,9 @@ def test_best_effort_moves_every_pod_from_spot_to_on_demand() -> None:
     jobs = [j for j in outcome.all("PodMigrationJob") if isinstance(j, PodMigrationJob)]
     assert jobs  # the later ones (the scavenger took the first after 10 minutes)
     assert {j.status.phase for j in jobs} == {"Succeeded"}
+    assert {j.spec.pod_ref.name for j in jobs} <= set(first)
+    # Each names the pod of the ReplicaSet that replaced its pod.
+    assert {j.status.pod_ref.name if j.status.pod_ref else "" for j in jobs} <= set(where)
     assert {j.metadata.annotations["koordinator.sh/evict-trigger"] for j in jobs} == {
         "CustomPriority"
     }
@@ -206,14 +209,15 @@ def test_best_effort_moves_every_pod_from_spot_to_on_demand() -> None:
 def test_drain_node_drains_and_cordons_the_spot_nodes() -> None:
     """``DrainNode`` with ``autoCordon: true``: each spot node's pods all fit on the on-demand
     pool, so each is cordoned and drained; every pod runs on an on-demand node."""
-    outcome = replay_page(DRAIN)
+    outcome, first = replay_page(DRAIN)
+    assert len(placement(outcome)) == 4
     assert set(placement(outcome).values()) <= set(ON_DEMAND)
     cordoned = {
         n.metadata.name for n in outcome.all("Node") if isinstance(n, Node) and n.spec.unschedulable
     }
     assert cordoned == set(SPOT)
     evicted = evictions(outcome)
-    assert sorted(pod for _, pod, _ in evicted) == PODS
+    assert sorted(pod for _, pod, _ in evicted) == first
     drained = {message.rpartition("(CustomPriority): ")[2] for _, _, message in evicted}
     assert drained == {f"drain node {n} (sourcePriority=spot)" for n in SPOT}
 
@@ -239,7 +243,8 @@ def _warnings(outcome: Outcome) -> list[str]:
 def test_one_tier_is_refused_and_nothing_moves() -> None:
     """ "CustomPriority requires at least 2 entries in evictionOrder": with one, nothing is
     descheduled, and the ConfigMap gets a Warning naming the field."""
-    outcome = replay_page(ONE_TIER)
+    outcome, first = replay_page(ONE_TIER)
+    assert sorted(placement(outcome)) == first
     assert set(placement(outcome).values()) <= set(SPOT)
     assert outcome.all("PodMigrationJob") == []
     assert _warnings(outcome) == [
@@ -251,19 +256,8 @@ def test_one_tier_is_refused_and_nothing_moves() -> None:
 def test_a_bad_configuration_keeps_the_one_in_force() -> None:
     """A later ConfigMap with ``mode: Drain`` (no such mode) is refused with a Warning naming
     the field and the value; the configuration applied before keeps working."""
-
-    def step_4(store: Store, now: datetime) -> Sequence[str]:
-        return [*(_pool(n, "on-demand") for n in ON_DEMAND), CONFIG]
-
     bad = CONFIG.replace("mode: BestEffort", "mode: Drain")
-    outcome = replay_in_stages(
-        [*(_pool(n, "spot") for n in SPOT), STRESS_DEMO],
-        [
-            Stage(when=_all_running, documents=step_4),
-            Stage(delay=30, documents=lambda store, now: [bad]),
-        ],
-        max_time=timedelta(minutes=11),
-    )
+    outcome, _ = replay_page(CONFIG, bad)
     assert _warnings(outcome) == [
         "invalid descheduler configuration (keeping the previous configuration): "
         "profiles[0].pluginConfig[1].args.mode: 'Drain' Invalid enum value 'Drain'"

@@ -3,7 +3,9 @@
 The page's cluster: three 4-core / 16 GiB nodes ``cn-beijing.10.0.3.110``, ``.111`` and
 ``.112``; the ``stress-demo`` pod runs on ``.112`` and the NodeMetrics report what the page's
 ``kubectl top node`` shows (``.110`` 92m / 1158Mi, ``.111`` 77m / 1162Mi, ``.112`` 2105m /
-3594Mi). The page's Deployments are written as the pods their ReplicaSets create. The page's
+3594Mi). Steps 1-5 are replayed with the page's two Deployments, step by step; the other
+examples (the page's claims about prod usage, percentiles, node annotations) place one pod of
+the nginx Deployment's template, written as a pod, on a cluster set up at once. The page's
 scheduler configuration (section "Global Configuration via plugin args") is applied through
 the ConfigMap ``koordinator-system/koord-scheduler-config``, as the page applies it.
 """
@@ -18,7 +20,7 @@ import pytest
 
 from apis import codec
 from apis.core import Pod
-from tests.manuals.replay import Outcome, node, replay
+from tests.manuals.replay import Cluster, Outcome, node, replay, scheduler_config
 
 NODES = ("cn-beijing.10.0.3.110", "cn-beijing.10.0.3.111", "cn-beijing.10.0.3.112")
 #: The simulation starts here: the NodeMetrics are reported at that instant.
@@ -76,13 +78,7 @@ profiles:
 
 def config_map(config: str = PAGE_CONFIG, **extra: str) -> str:
     """The page's ConfigMap ``koord-scheduler-config`` holding ``config``."""
-    doc = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "koord-scheduler-config", "namespace": "koordinator-system"},
-        "data": {"koord-scheduler-config": config, **extra},
-    }
-    return codec.dump_yaml(doc)
+    return scheduler_config(config, **extra)
 
 
 def metric(
@@ -224,14 +220,114 @@ def message(outcome: Outcome, name: str) -> str:
     return next((c.message for c in pod.status.conditions if c.type == "PodScheduled"), "")
 
 
+#: The page's Deployment ``stress-demo`` (step 1), as the page gives it.
+STRESS_DEMO_DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: stress-demo
+  namespace: default
+  labels:
+    app: stress-demo
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: stress-demo
+  template:
+    metadata:
+      name: stress-demo
+      labels:
+        app: stress-demo
+    spec:
+      containers:
+        - args:
+            - '--vm'
+            - '2'
+            - '--vm-bytes'
+            - '1600M'
+            - '-c'
+            - '2'
+            - '--vm-hang'
+            - '2'
+          command:
+            - stress
+          image: polinux/stress
+          imagePullPolicy: Always
+          name: stress
+          resources:
+            limits:
+              cpu: '2'
+              memory: 4Gi
+            requests:
+              cpu: '2'
+              memory: 4Gi
+      restartPolicy: Always
+      schedulerName: koord-scheduler # use the koord-scheduler
+"""
+
+#: The page's Deployment ``nginx-with-loadaware`` (step 4), as the page gives it.
+NGINX_WITH_LOADAWARE = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: nginx-with-loadaware
+  labels:
+    app: nginx
+spec:
+  replicas: 6
+  selector:
+    matchLabels:
+      app: nginx
+  template:
+    metadata:
+      name: nginx
+      labels:
+        app: nginx
+    spec:
+      schedulerName: koord-scheduler # use the koord-scheduler
+      containers:
+      - name: nginx
+        image: nginx
+        resources:
+          limits:
+            cpu: 500m
+          requests:
+            cpu: 500m
+"""
+
+
+def _runs(outcome: Outcome, app: str, count: int) -> bool:
+    pods = outcome.pods(app=app)
+    return len(pods) == count and all(p.status.phase == "Running" for p in pods)
+
+
 @pytest.mark.parametrize("configured", [False, True], ids=["shipped-config", "page-config"])
 def test_nginx_pods_avoid_the_loaded_node(configured: bool) -> None:
-    """ "Load-aware scheduling by the whole machine load", steps 1-5: the six nginx pods go to
-    ``.110`` and ``.111`` (three each), none to ``.112``, the node with the highest load; with
-    the chart's configuration (no ConfigMap) and with the page's."""
+    """ "Load-aware scheduling by the whole machine load", steps 1-5 with the page's two
+    Deployments: stress-demo's pod runs (step 2); the node it landed on reports the page's
+    2105m / 3594Mi (its pod using 2010m), the two others the page's idle figures (step 3); the
+    six pods of nginx-with-loadaware then go to the two others (three each), none to the loaded
+    node (step 5); with the chart's configuration (no ConfigMap) and with the page's. (Their
+    requests alone place them so too: the test below shows the load deciding.)"""
     extra = [config_map()] if configured else []
-    outcome = replay(*extra, *cluster(), *(nginx(name) for name in NGINX))
-    assert placement(outcome, NGINX) == {NODES[0]: 3, NODES[1]: 3}
+    nodes = [node(name, cpu="4", memory="16Gi") for name in NODES]
+    with Cluster(*extra, *nodes, STRESS_DEMO_DEPLOYMENT) as steps:
+        steps.run_until(lambda o: _runs(o, "stress-demo", 1), within=timedelta(minutes=1))
+        [stress] = steps.pods(app="stress-demo")
+        loaded = stress.spec.node_name
+        idle = [name for name in NODES if name != loaded]
+        steps.apply(
+            metric(idle[0], "92m", "1158Mi"),
+            metric(idle[1], "77m", "1162Mi"),
+            metric(loaded, "2105m", "3594Mi", pods={stress.metadata.name: ("2010m", "2416Mi")}),
+        )
+        steps.apply(NGINX_WITH_LOADAWARE)
+        steps.run_until(lambda o: _runs(o, "nginx", 6), within=timedelta(minutes=1))
+        outcome = steps.outcome()
+    pods = outcome.pods(app="nginx")
+    assert all(p.metadata.name.startswith("nginx-with-loadaware-") for p in pods)
+    assert Counter(p.spec.node_name for p in pods) == {idle[0]: 3, idle[1]: 3}
     assert not list(outcome.events("InvalidConfiguration"))
 
 

@@ -4,51 +4,48 @@ Replayed: the quick start (``reservation-demo`` and its owner ``pod-demo-0``: th
 page prints, and the pod still running once the reservation is deleted), the advanced
 configuration's ``expires``, the TTL, the reservation on a specified node with multiple owners
 (``reservation-demo-big`` shared by ``app-demo``), and the three pre-allocation examples (Default
-mode, Cluster mode, multiple pods) with the page's scheduler configuration for pre-allocation.
+mode, Cluster mode, multiple pods) with the page's scheduler configuration for pre-allocation,
+applied as the scheduler's configuration (a ``KubeSchedulerConfiguration`` document in the
+scenario, or the ``koord-scheduler-config`` ConfigMap).
 
 Each test names the step it replays. The quick start and the specified-node example run twice:
 as one scenario file through ``koordpy simulate`` (every object there from the start: the
 reservation is placed first and its owners then go into it), and step by step as the page does
-them (:class:`Cluster`: a memory store with every control loop, objects created and deleted
-between runs, as with ``kubectl`` against ``koordpy up``).
+them (:class:`~tests.manuals.replay.Cluster`: objects created and deleted between runs, as
+with ``kubectl`` against ``koordpy up``).
 
 Where the page and Koordinator v1.8 disagree, Koordinator wins and the test says so (spec
 §9.1): an allocate-once reservation (the default) is ``Succeeded`` once its owner is in, where
 the quick start prints ``Available``; the scheduler places a pre-allocating reservation only
 when ``allocatePolicy`` is ``Restricted`` (the page's manifests leave it out: applied unchanged
 they stay Pending with the reason on their ``Scheduled`` condition), and only an
-``allocateOnce: false`` one keeps reserving what a taken-over pod frees. The page's Deployment
-``app-demo`` is written as the two pods it creates.
+``allocateOnce: false`` one keeps reserving what a taken-over pod frees. The page's scheduler
+configuration for pre-allocation enables the Reservation plugin at ``plugins.reservation``,
+which is no extension point: applied unchanged it is refused naming that field (the plugin is
+enabled by default, so the replays use the page's document without that stanza).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-import msgspec
 import pytest
 
 from apis import codec
 from apis import constants as k
-from apis.core import Pod
 from apis.errors import DecodeError
-from apis.meta import Object
 from apis.scheduling import Reservation
 from controller import printing
-from controller import simulate as sim
-from controller.loops import LOOPS, ControlLoop, LoopContext, LoopFactory, build_loops
-from controller.scheduler.loop import SchedulerLoop
-from controller.scheduler.profile import DEFAULT_CONFIG, PluginConfig, build_profile
-from controller.store import Store
 from tests.crdschema import schema_errors, validator
 from tests.koordpy.daemons import cli, running_up
-from tests.manuals.replay import Outcome, node, replay
+from tests.manuals.replay import Cluster, Outcome, node, replay, scheduler_config
 
 # --- the page's manifests ----------------------------------------------------------------------
 
@@ -182,35 +179,40 @@ spec:
   ttl: 1h
 """
 
-#: The replicas of the page's Deployment ``app-demo`` (2 replicas), as the bare pods it makes:
-#: the pod template's labels, scheduler and resources.
-APP_DEMO_REPLICA = """
-apiVersion: v1
-kind: Pod
+#: The page's Deployment ``app-demo`` (step 4), as the page gives it.
+APP_DEMO = """
+apiVersion: apps/v1
+kind: Deployment
 metadata:
-  name: {name}
-  namespace: default
-  labels:
-    app: app-demo
+  name: app-demo
 spec:
-  schedulerName: koord-scheduler
-  containers:
-  - name: stress
-    image: polinux/stress
-    args:
-      - '-c'
-      - '1'
-    command:
-      - stress
-    resources:
-      requests:
-        cpu: 2
-        memory: 10Gi
-      limits:
-        cpu: 4
-        memory: 20Gi
+  replicas: 2
+  selector:
+    matchLabels:
+      app: app-demo
+  template:
+    metadata:
+      name: stress
+      labels:
+        app: app-demo # match the owner spec of `reservation-demo-big`
+    spec:
+      schedulerName: koord-scheduler # use koord-scheduler
+      containers:
+      - name: stress
+        image: polinux/stress
+        args:
+          - '-c'
+          - '1'
+        command:
+          - stress
+        resources:
+          requests:
+            cpu: 2
+            memory: 10Gi
+          limits:
+            cpu: 4
+            memory: 20Gi
 """
-APP_DEMO = [APP_DEMO_REPLICA.format(name=f"app-demo-798c66db46-{s}") for s in ("ctnbr", "pzphc")]
 
 RESERVATION_PREALLOC = """
 apiVersion: scheduling.koordinator.sh/v1alpha1
@@ -314,16 +316,50 @@ spec:
           memory: {memory}
 """
 
-#: ``pluginConfig`` args of the Reservation plugin in the page's "Scheduler Configuration for
-#: PreAllocation".
-PREALLOCATION_ARGS: Mapping[str, Any] = {
-    "preAllocationConfig": {
-        "enableClusterMode": True,
-        "clusterLabelKey": "pod.koordinator.sh/is-pre-allocatable",
-        "clusterPriorityAnnotationKey": "pod.koordinator.sh/pre-allocatable-priority",
-        "preferNoPreAllocatedPods": True,
-    }
-}
+#: The page's "Scheduler Configuration for PreAllocation", applied unchanged: refused, as
+#: kube-scheduler's strict decoding refuses it, ``reservation`` being no extension point.
+PAGE_PREALLOCATION_CONFIG = """
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: koord-scheduler
+    plugins:
+      reservation:
+        enabled:
+          - name: Reservation
+    pluginConfig:
+      - name: Reservation
+        args:
+          apiVersion: kubescheduler.config.k8s.io/v1
+          kind: ReservationArgs
+          preAllocationConfig:
+            # Enable cluster-wide pre-allocation mode
+            enableClusterMode: true
+            # Custom label key for identifying pre-allocatable pods (optional)
+            clusterLabelKey: pod.koordinator.sh/is-pre-allocatable
+            # Custom annotation key for prioritizing pods (optional)
+            clusterPriorityAnnotationKey: pod.koordinator.sh/pre-allocatable-priority
+            # Prefer placing reservations without using pre-allocatable pods when possible
+            preferNoPreAllocatedPods: true
+"""
+#: The page's configuration as the scheduler takes it: without the ``plugins`` stanza (the
+#: Reservation plugin is enabled at all its points by default).
+PREALLOCATION_CONFIG = PAGE_PREALLOCATION_CONFIG.replace(
+    """    plugins:
+      reservation:
+        enabled:
+          - name: Reservation
+""",
+    "",
+)
+
+
+def preallocation_config(*, prefer: bool = True) -> str:
+    """:data:`PREALLOCATION_CONFIG`, ``preferNoPreAllocatedPods`` set to ``prefer``."""
+    return PREALLOCATION_CONFIG.replace(
+        "preferNoPreAllocatedPods: true", f"preferNoPreAllocatedPods: {str(prefer).lower()}"
+    )
+
 
 #: The page's nodes (``kubectl get node``): node-1 already has 780m CPU and 1216Mi requested.
 NODES = [
@@ -350,83 +386,10 @@ spec:
 # --- helpers -----------------------------------------------------------------------------------
 
 
-def _loops(reservation_args: Mapping[str, Any]) -> dict[str, LoopFactory]:
-    """The control loops, the scheduler's Reservation plugin configured with ``reservation_args``
-    (what the scheduler configuration's ``pluginConfig`` gives it)."""
-    config = msgspec.structs.replace(
-        DEFAULT_CONFIG,
-        plugin_config=(
-            *DEFAULT_CONFIG.plugin_config,
-            PluginConfig(name="Reservation", args=dict(reservation_args)),
-        ),
-    )
-    profile = build_profile(config)
-    return {**LOOPS, "scheduler": lambda: SchedulerLoop([profile])}
-
-
-def _replay_configured(
-    reservation_args: Mapping[str, Any], *documents: str, max_time: timedelta = timedelta(hours=1)
-) -> Outcome:
-    objects = sim.scenario_objects("\n---\n".join(documents), source="manual")
-    return Outcome(sim.simulate(objects, max_time=max_time, loops=_loops(reservation_args)))
-
-
-class Cluster:
-    """The page's steps one after the other: a memory store, every control loop, and a clock
-    that moves only when asked; between runs objects are created or deleted as with kubectl."""
-
-    def __init__(self, loops: Mapping[str, LoopFactory] | None = None) -> None:
-        self.now = sim.EPOCH
-        self.store = Store(path=None, clock=lambda: self.now, seed=sim.SEED)
-        self._loops: list[ControlLoop] = build_loops(loops)
-        self._ctx = LoopContext(store=self.store, now=lambda: self.now)
-
-    def create(self, *documents: str) -> None:
-        """``kubectl create -f``, then the loops until nothing changes."""
-        for obj in sim.scenario_objects("\n---\n".join(documents), source="manual"):
-            self.store.apply(obj)
-        self.run()
-
-    def delete(self, kind: type[Object], name: str, namespace: str = "") -> None:
-        self.store.delete(self.store.registry.for_type(kind), name, namespace)
-        self.run()
-
-    def run(self, duration: timedelta = timedelta(0)) -> None:
-        """The loops as ``koordpy simulate`` runs them, for ``duration`` of simulated time."""
-        deadline = self.now + duration
-        while True:
-            wake: float | None = None
-            for _ in range(sim.MAX_PASSES_PER_INSTANT):
-                before = self.store.resource_version
-                waits = [
-                    w for w in (loop.reconcile(self._ctx) for loop in self._loops) if w is not None
-                ]
-                wake = min(waits, default=None)
-                if self.store.resource_version == before:
-                    break
-            else:
-                raise AssertionError("the loops do not converge")
-            step = timedelta(seconds=max(wake, 0.001)) if wake is not None else None
-            if step is None or self.now + step > deadline:
-                return
-            self.now += step
-
-    def wire(self, kind: type[Object], name: str, namespace: str = "") -> Any:
-        """The stored object as JSON data, as ``kubectl get -o json`` shows it."""
-        found = self.store.get(self.store.registry.for_type(kind), name, namespace)
-        return json.loads(codec.encode_json(found))
-
-    def close(self) -> None:
-        self.store.close()
-
-
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
-    opened = Cluster()
-    try:
+    with Cluster() as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 @pytest.fixture(scope="module")
@@ -499,8 +462,8 @@ def test_quick_start_step_by_step(
 ) -> None:
     """Quick Start steps 1-6, in the page's order: the reservation becomes Available, then
     pod-demo-0 is created and lands in it; deleting the reservation leaves the pod running."""
-    cluster.create(*NODES, RESERVATION_DEMO)
-    reservation = cluster.wire(Reservation, "reservation-demo")
+    cluster.apply(*NODES, RESERVATION_DEMO)
+    reservation = cluster.wire("Reservation", "reservation-demo")
     # Step 2, ``kubectl get reservation reservation-demo -o wide``.
     kind = cluster.store.registry.for_type(Reservation)
     assert printing.headers(kind, wide=True) == ["NAME", "PHASE", "AGE", "NODE", "TTL", "EXPIRES"]
@@ -512,14 +475,14 @@ def test_quick_start_step_by_step(
 
     assert schema_errors(reservation_schema, reservation) == []
 
-    cluster.create(POD_DEMO_0)
-    pod = cluster.wire(Pod, "pod-demo-0", "default")
-    reservation = cluster.wire(Reservation, "reservation-demo")
+    cluster.apply(POD_DEMO_0)
+    pod = cluster.wire("Pod", "pod-demo-0", "default")
+    reservation = cluster.wire("Reservation", "reservation-demo")
     _check_quick_start(reservation, pod)
     assert schema_errors(reservation_schema, reservation) == []
 
-    cluster.delete(Reservation, "reservation-demo")  # step 6
-    after = cluster.wire(Pod, "pod-demo-0", "default")
+    cluster.delete("Reservation", "reservation-demo")  # step 6
+    after = cluster.wire("Pod", "pod-demo-0", "default")
     assert after["status"]["phase"] == "Running"
     assert after["spec"]["nodeName"] == pod["spec"]["nodeName"]
     assert after["metadata"]["uid"] == pod["metadata"]["uid"]
@@ -583,31 +546,49 @@ def test_advanced_configuration_applied_with_its_placeholder_is_refused(cluster:
     """Advanced Configurations applied unchanged: ``expires: "YYYY-MM-DDTHH:MM:SSZ"`` is no
     date-time, so the object is refused (as the API server refuses it) with the field and the
     value, and the reservation-demo already stored is left as it was."""
-    cluster.create(*NODES, RESERVATION_DEMO)
-    before = cluster.wire(Reservation, "reservation-demo")
+    cluster.apply(*NODES, RESERVATION_DEMO)
+    before = cluster.wire("Reservation", "reservation-demo")
     verbatim = RESERVATION_ADVANCED.replace('"2026-01-01T00:30:00Z"', '"YYYY-MM-DDTHH:MM:SSZ"')
     with pytest.raises(DecodeError) as refused:
-        cluster.create(verbatim)
+        cluster.apply(verbatim)
     assert "spec.expires" in str(refused.value)
     assert "YYYY-MM-DDTHH:MM:SSZ" in str(refused.value)
-    assert cluster.wire(Reservation, "reservation-demo") == before
+    assert cluster.wire("Reservation", "reservation-demo") == before
 
 
 def test_advanced_configuration_owner_by_label_selector() -> None:
-    """Advanced Configurations: owners are ORed, so a pod labelled app=app-demo allocates from
-    the reservation as pod-demo-0 would."""
-    outcome = replay(*NODES, RESERVATION_ADVANCED, APP_DEMO[0], max_time=timedelta(minutes=10))
+    """Advanced Configurations: owners are ORed, so a replica of app-demo (label app=app-demo)
+    allocates from the reservation as pod-demo-0 would; the reservation being allocate-once,
+    only one of the two does."""
+    outcome = replay(*NODES, RESERVATION_ADVANCED, APP_DEMO, max_time=timedelta(minutes=10))
     reservation = outcome.wire("Reservation", "reservation-demo")
-    pod = outcome.wire("Pod", "app-demo-798c66db46-ctnbr")
-    assert _allocated_to(pod) == {"name": "reservation-demo", "uid": reservation["metadata"]["uid"]}
-    assert _owners(reservation) == [_owner_of(pod)]
+    pods = _app_demo(outcome)
+    assert len(pods) == 2
+    allocated = [p for p in pods if _allocated_to(p) is not None]
+    assert [_allocated_to(p) for p in allocated] == [
+        {"name": "reservation-demo", "uid": reservation["metadata"]["uid"]}
+    ]
+    assert _owners(reservation) == [_owner_of(allocated[0])]
+    assert reservation["status"]["phase"] == "Succeeded"
 
 
 # --- Example: Reserve on Specified Node, with Multiple Owners ---------------------------------
 
 
+def _app_demo(found: Outcome | Cluster) -> list[Any]:
+    """The pods of app-demo (``kubectl get pod -l app=app-demo``), as JSON data."""
+    return [json.loads(codec.encode_json(p)) for p in found.pods(app="app-demo")]
+
+
 def _check_demo_big(reservation: Any, pods: list[Any]) -> None:
-    """Steps 3, 5 and 6: on node-1 as its template says, both replicas in it."""
+    """Steps 3, 5 and 6: on node-1 as its template says, both replicas of app-demo (pods of its
+    ReplicaSet, named after it) in it."""
+    assert len(pods) == 2
+    for pod in pods:
+        assert re.fullmatch(r"app-demo-[a-z0-9]+-[a-z0-9]{5}", pod["metadata"]["name"])
+        [owner] = pod["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["controller"]) == ("ReplicaSet", True)
+        assert pod["metadata"]["name"].startswith(owner["name"] + "-")
     assert reservation["status"]["phase"] == "Available"
     assert reservation["status"]["nodeName"] == "node-1"
     for pod in pods:
@@ -628,29 +609,43 @@ def test_specified_node_with_multiple_owners_in_one_scenario_file(
 ) -> None:
     """Reserve on Specified Node, with Multiple Owners: reservation-demo-big (6 CPU, 20Gi,
     ``allocateOnce: false``, ``nodeName: node-1``) takes both replicas of app-demo (2 CPU,
-    10Gi each). The page creates them with a Deployment; here they are its two pods.
+    10Gi each), the pods of the page's Deployment.
 
     node-1 has 7.8 CPU and 780m requested already: were the replicas counted on top of the
     reservation (0.78 + 6 + 2 + 2 CPU), the second one could not fit there.
     """
-    outcome = replay(*NODES, RESERVATION_DEMO_BIG, *APP_DEMO)
-    pods = [outcome.wire("Pod", f"app-demo-798c66db46-{s}") for s in ("ctnbr", "pzphc")]
-    _check_demo_big(outcome.wire("Reservation", "reservation-demo-big"), pods)
+    outcome = replay(*NODES, RESERVATION_DEMO_BIG, APP_DEMO)
+    _check_demo_big(outcome.wire("Reservation", "reservation-demo-big"), _app_demo(outcome))
+    deployment = outcome.wire("Deployment", "app-demo")
+    assert deployment["status"]["availableReplicas"] == 2
     _valid(reservation_schema, outcome)
 
 
 def test_specified_node_with_multiple_owners_step_by_step(cluster: Cluster) -> None:
-    """Reserve on Specified Node, with Multiple Owners, steps 2-6 in the page's order (the
-    Deployment's pods created as bare pods)."""
-    cluster.create(*NODES, RESERVATION_DEMO_BIG)
-    reservation = cluster.wire(Reservation, "reservation-demo-big")
+    """Reserve on Specified Node, with Multiple Owners, steps 2-6 in the page's order."""
+    cluster.apply(*NODES, RESERVATION_DEMO_BIG)
+    reservation = cluster.wire("Reservation", "reservation-demo-big")
     assert (reservation["status"]["phase"], reservation["status"]["nodeName"]) == (
         "Available",
         "node-1",
     )
-    cluster.create(*APP_DEMO)
-    pods = [cluster.wire(Pod, f"app-demo-798c66db46-{s}", "default") for s in ("ctnbr", "pzphc")]
-    _check_demo_big(cluster.wire(Reservation, "reservation-demo-big"), pods)
+    cluster.apply(APP_DEMO)
+    _check_demo_big(cluster.wire("Reservation", "reservation-demo-big"), _app_demo(cluster))
+
+
+def test_a_replaced_replica_of_app_demo_goes_back_into_the_reservation(cluster: Cluster) -> None:
+    """Reserve on Specified Node, with Multiple Owners, after step 6: a pod of app-demo
+    deleted, its ReplicaSet makes another (a new name), which allocates the room the deleted one
+    freed in reservation-demo-big (``allocateOnce: false``); the owners follow."""
+    cluster.apply(*NODES, RESERVATION_DEMO_BIG, APP_DEMO)
+    gone, kept = _app_demo(cluster)
+    cluster.delete("Pod", gone["metadata"]["name"], "default")
+    cluster.run(timedelta(seconds=30))
+    pods = _app_demo(cluster)
+    names = {p["metadata"]["name"] for p in pods}
+    assert kept["metadata"]["name"] in names
+    assert gone["metadata"]["name"] not in names
+    _check_demo_big(cluster.wire("Reservation", "reservation-demo-big"), pods)
 
 
 def test_the_owners_allocation_does_not_increase_the_nodes_requests(cluster: Cluster) -> None:
@@ -673,12 +668,12 @@ spec:
           cpu: {cpu}
           memory: 1Gi
 """
-    cluster.create(*NODES, RESERVATION_DEMO_BIG)
-    cluster.create(*APP_DEMO)
-    cluster.create(pinned.format(name="too-big", cpu="1100m"))
-    assert cluster.wire(Pod, "too-big", "default")["spec"].get("nodeName", "") == ""
-    cluster.create(pinned.format(name="fits", cpu="1"))
-    fits = cluster.wire(Pod, "fits", "default")
+    cluster.apply(*NODES, RESERVATION_DEMO_BIG)
+    cluster.apply(APP_DEMO)
+    cluster.apply(pinned.format(name="too-big", cpu="1100m"))
+    assert cluster.wire("Pod", "too-big", "default")["spec"].get("nodeName", "") == ""
+    cluster.apply(pinned.format(name="fits", cpu="1"))
+    fits = cluster.wire("Pod", "fits", "default")
     assert fits["spec"]["nodeName"] == "node-1"
     assert _allocated_to(fits) is None
 
@@ -708,9 +703,7 @@ def test_pre_allocation_applied_unchanged_says_what_koordinator_requires(
     Koordinator v1.8's scheduler places a pre-allocating reservation only with the Restricted
     policy; it stays Pending and its Scheduled condition says why."""
     batch = BATCH_JOB.format(name="batch-job-1", priority=100, node="node-0", cpu=2, memory="4Gi")
-    outcome = _replay_configured(
-        PREALLOCATION_ARGS, *NODES, batch, manifest, max_time=timedelta(minutes=1)
-    )
+    outcome = replay(*NODES, batch, PREALLOCATION_CONFIG, manifest, max_time=timedelta(minutes=1))
     (reservation,) = (codec.to_builtins(r) for r in outcome.all("Reservation"))
     assert reservation["status"].get("phase", "Pending") == "Pending"
     assert reservation["status"].get("nodeName", "") == ""
@@ -749,13 +742,13 @@ def test_pre_allocation_default_mode(
     """PreAllocation with Default Mode: the reservation binds to the running pod matching its
     owners (app=my-app) and, when that pod terminates, keeps reserving what it freed for future
     owners (with Restricted and ``allocateOnce: false``, see :func:`_restricted`)."""
-    cluster.create(*NODES, MY_APP, _restricted(RESERVATION_PREALLOC))
-    reservation = cluster.wire(Reservation, "reservation-prealloc")
+    cluster.apply(*NODES, MY_APP, _restricted(RESERVATION_PREALLOC))
+    reservation = cluster.wire("Reservation", "reservation-prealloc")
     assert (reservation["status"]["phase"], reservation["status"]["nodeName"]) == (
         "Available",
         "node-0",
     )
-    pod = cluster.wire(Pod, "my-app-0", "default")
+    pod = cluster.wire("Pod", "my-app-0", "default")
     assert _allocated_to(pod) == {
         "name": "reservation-prealloc",
         "uid": reservation["metadata"]["uid"],
@@ -764,22 +757,22 @@ def test_pre_allocation_default_mode(
     assert reservation["status"]["allocated"] == {"cpu": "500m", "memory": "800Mi"}
 
     cluster.run(timedelta(minutes=30))  # my-app-0 finishes after 20 minutes
-    assert cluster.wire(Pod, "my-app-0", "default")["status"]["phase"] == "Succeeded"
-    reservation = cluster.wire(Reservation, "reservation-prealloc")
+    assert cluster.wire("Pod", "my-app-0", "default")["status"]["phase"] == "Succeeded"
+    reservation = cluster.wire("Reservation", "reservation-prealloc")
     assert reservation["status"]["phase"] == "Available"
     assert reservation["status"]["nodeName"] == "node-0"
     assert _owners(reservation) == []
     assert reservation["status"].get("allocated", {}) == {}
 
     # The freed room is reserved for the owners: a new my-app pod goes into it.
-    cluster.create(MY_APP.replace("my-app-0", "my-app-1").replace("  nodeName: node-0\n", ""))
-    newcomer = cluster.wire(Pod, "my-app-1", "default")
+    cluster.apply(MY_APP.replace("my-app-0", "my-app-1").replace("  nodeName: node-0\n", ""))
+    newcomer = cluster.wire("Pod", "my-app-1", "default")
     assert newcomer["spec"]["nodeName"] == "node-0"
     assert _allocated_to(newcomer) == {
         "name": "reservation-prealloc",
         "uid": reservation["metadata"]["uid"],
     }
-    reservation = cluster.wire(Reservation, "reservation-prealloc")
+    reservation = cluster.wire("Reservation", "reservation-prealloc")
     assert _owners(reservation) == [_owner_of(newcomer)]
     assert schema_errors(reservation_schema, reservation) == []
 
@@ -812,8 +805,8 @@ def test_pre_allocation_cluster_mode(reservation_schema: jsonschema.Draft7Valida
     (``enableClusterMode``): the highest-priority pod labelled pre-allocatable (batch-job-1,
     priority 100) is taken; a second candidate of priority 10 is added on the node here to show
     the choice."""
-    outcome = _replay_configured(
-        PREALLOCATION_ARGS,
+    outcome = replay(
+        PREALLOCATION_CONFIG,
         *_full_node(),
         BATCH_JOB.format(name="batch-job-0", priority=10, node="node-0", cpu=2, memory="4Gi"),
         BATCH_JOB.format(name="batch-job-1", priority=100, node="node-0", cpu=2, memory="4Gi"),
@@ -838,8 +831,7 @@ def test_pre_allocation_cluster_mode(reservation_schema: jsonschema.Draft7Valida
 def test_pre_allocation_cluster_mode_needs_it_enabled() -> None:
     """PreAllocation with Cluster Mode without the page's scheduler configuration: the
     reservation stays Pending, its condition naming the disabled cluster mode."""
-    outcome = _replay_configured(
-        {},
+    outcome = replay(
         *_full_node(),
         BATCH_JOB.format(name="batch-job-1", priority=100, node="node-0", cpu=2, memory="4Gi"),
         _restricted(RESERVATION_CLUSTER_MODE),
@@ -858,8 +850,8 @@ def test_pre_allocation_with_multiple_pods(reservation_schema: jsonschema.Draft7
     """PreAllocation with Multiple Pods: batch-job-1 and batch-job-2 (1 CPU, 2Gi each) are both
     taken for the 2 CPU / 4Gi reservation; the node's other pod (2 CPU, 4Gi, not
     pre-allocatable) is not."""
-    outcome = _replay_configured(
-        PREALLOCATION_ARGS,
+    outcome = replay(
+        PREALLOCATION_CONFIG,
         *_full_node(),
         SERVICE,
         BATCH_JOB.format(name="batch-job-1", priority=100, node="node-0", cpu=1, memory="2Gi"),
@@ -885,12 +877,10 @@ def test_specified_node_owner_by_object_reference() -> None:
     default/pod-demo-1; that pod (pod-demo-0's manifest under this name) goes into
     reservation-demo-big on node-1 with the replicas of app-demo."""
     pod_demo_1 = POD_DEMO_0.replace("name: pod-demo-0", "name: pod-demo-1")
-    outcome = replay(*NODES, RESERVATION_DEMO_BIG, *APP_DEMO, pod_demo_1)
+    outcome = replay(*NODES, RESERVATION_DEMO_BIG, APP_DEMO, pod_demo_1)
     reservation = outcome.wire("Reservation", "reservation-demo-big")
-    pods = [
-        outcome.wire("Pod", name)
-        for name in ("app-demo-798c66db46-ctnbr", "app-demo-798c66db46-pzphc", "pod-demo-1")
-    ]
+    pods = [*_app_demo(outcome), outcome.wire("Pod", "pod-demo-1")]
+    assert len(pods) == 3
     expected = {"name": "reservation-demo-big", "uid": reservation["metadata"]["uid"]}
     assert [(p["spec"]["nodeName"], _allocated_to(p)) for p in pods] == [("node-1", expected)] * 3
     assert _owners(reservation) == sorted(_owner_of(p) for p in pods)
@@ -935,25 +925,24 @@ def test_pre_allocation_with_multiple_pods_keeps_what_they_free() -> None:
     finishing = BATCH_JOB.replace(
         "  annotations:\n", "  annotations:\n    koordpy.io/simulated-runtime: 10m\n"
     )
-    cluster = Cluster(_loops(PREALLOCATION_ARGS))
-    try:
-        cluster.create(
+    with Cluster(scheduler_config(PREALLOCATION_CONFIG)) as cluster:
+        cluster.apply(
             *_full_node(),
             SERVICE,
             finishing.format(name="batch-job-1", priority=100, node="node-0", cpu=1, memory="2Gi"),
             finishing.format(name="batch-job-2", priority=90, node="node-0", cpu=1, memory="2Gi"),
             _restricted(RESERVATION_MULTI_PODS),
         )
-        reservation = cluster.wire(Reservation, "reservation-multi-pods")
+        reservation = cluster.wire("Reservation", "reservation-multi-pods")
         assert len(_owners(reservation)) == 2
         cluster.run(timedelta(minutes=15))
         for name in ("batch-job-1", "batch-job-2"):
-            assert cluster.wire(Pod, name, "default")["status"]["phase"] == "Succeeded"
-        reservation = cluster.wire(Reservation, "reservation-multi-pods")
+            assert cluster.wire("Pod", name, "default")["status"]["phase"] == "Succeeded"
+        reservation = cluster.wire("Reservation", "reservation-multi-pods")
         assert reservation["status"]["phase"] == "Available"
         assert _owners(reservation) == []
         assert reservation["status"].get("allocated", {}) == {}
-        cluster.create(
+        cluster.apply(
             """
 apiVersion: v1
 kind: Pod
@@ -968,9 +957,7 @@ spec:
           memory: 1Gi
 """
         )
-        assert cluster.wire(Pod, "newcomer", "default")["spec"].get("nodeName", "") == ""
-    finally:
-        cluster.close()
+        assert cluster.wire("Pod", "newcomer", "default")["spec"].get("nodeName", "") == ""
 
 
 @pytest.mark.parametrize(("prefer", "taken"), [(True, False), (False, True)])
@@ -979,14 +966,8 @@ def test_pre_allocation_prefer_no_pre_allocated_pods(prefer: bool, taken: bool) 
     reservations without using pre-allocatable pods if the node has sufficient resources". On
     node-0, with 2 CPU / 4Gi free beside batch-job-1, the Cluster-mode reservation takes no pod
     when it is on (the page's configuration), and takes batch-job-1 when it is off."""
-    args = {
-        "preAllocationConfig": {
-            **PREALLOCATION_ARGS["preAllocationConfig"],
-            "preferNoPreAllocatedPods": prefer,
-        }
-    }
-    outcome = _replay_configured(
-        args,
+    outcome = replay(
+        preallocation_config(prefer=prefer),
         *_full_node(),
         BATCH_JOB.format(name="batch-job-1", priority=100, node="node-0", cpu=2, memory="4Gi"),
         _restricted(RESERVATION_CLUSTER_MODE),
@@ -999,3 +980,23 @@ def test_pre_allocation_prefer_no_pre_allocated_pods(prefer: bool, taken: bool) 
     allocated = _allocated_to(outcome.wire("Pod", "batch-job-1"))
     assert (allocated is not None) is taken
     assert bool(_owners(reservation)) is taken
+
+
+def test_the_pages_scheduler_configuration_applied_unchanged_is_refused() -> None:
+    """Scheduler Configuration for PreAllocation, as the page writes it: ``plugins.reservation``
+    is no extension point of a KubeSchedulerConfiguration, so the document is refused naming
+    that field, in a scenario file and as the ``koord-scheduler-config`` ConfigMap (which gets
+    a Warning; the shipped configuration stays, Cluster mode off)."""
+    with pytest.raises(DecodeError) as refused:
+        replay(*_full_node(), PAGE_PREALLOCATION_CONFIG)
+    assert "profiles[0].plugins.reservation" in str(refused.value)
+
+    batch = BATCH_JOB.format(name="batch-job-1", priority=100, node="node-0", cpu=2, memory="4Gi")
+    with Cluster(*_full_node(), batch, scheduler_config(PAGE_PREALLOCATION_CONFIG)) as cluster:
+        cluster.apply(_restricted(RESERVATION_CLUSTER_MODE))
+        [warning] = cluster.outcome().events("InvalidConfiguration")
+        assert "profiles[0].plugins.reservation" in warning.message
+        reservation = cluster.wire("Reservation", "reservation-cluster-mode")
+        assert reservation["status"].get("nodeName", "") == ""
+        (condition,) = reservation["status"]["conditions"]
+        assert "cluster mode pre-allocation which is disabled" in condition["message"]
