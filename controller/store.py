@@ -684,7 +684,7 @@ class Store:
     def _apply(self, txn: _Transaction, obj: ObjT) -> tuple[ObjT, Outcome]:
         shape = self._kind_of(obj)
         meta = obj.metadata
-        ns, found = self._existing(shape, meta, verb="apply")
+        _, found = self._existing(shape, meta, verb="apply")
         if found is None:
             return self._create(txn, obj), Outcome.CREATED
         stored = cast("ObjT", found)
