@@ -24,6 +24,7 @@ from controller.podgroups import PodGroupStatusLoop
 from controller.queueing.jobcontroller import JobController
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.podlifecycle import PodLifecycle
+from controller.quota.revoke import QuotaRevokeLoop
 from controller.reservations.controller import ReservationController
 from controller.scheduler.config import ConfigInForce
 from controller.scheduler.loop import SchedulerLoop
@@ -72,6 +73,7 @@ LOOPS: Mapping[str, LoopFactory] = {
     "queueing": QueueingLoop,
     "reservations": ReservationController,
     "scheduler": SchedulerLoop,
+    "quota-revoke": QuotaRevokeLoop,
     "descheduler": DeschedulerLoop,
     "migration": MigrationController,
     "pod-lifecycle": PodLifecycle,
@@ -91,6 +93,8 @@ def build_loops(table: Mapping[str, LoopFactory] | None = None) -> list[ControlL
         if isinstance(loop, DeschedulerLoop | MigrationController):
             loop.share_evictions(evictions)
         if isinstance(loop, SchedulerLoop | ReservationController):
+            loop.share_configuration(scheduler_config)
+        if isinstance(loop, QuotaRevokeLoop):
             loop.share_configuration(scheduler_config)
     return loops
 

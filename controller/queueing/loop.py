@@ -86,7 +86,7 @@ from controller.queueing.visibility import (
     queue_item_details,
 )
 from controller.quota.check import QuotaIndex, quota_name
-from controller.quota.status import quota_status
+from controller.quota.status import child_request, quota_status
 from controller.quota.tree import QuotaTree, RuntimeQuota
 from controller.store import Store
 from controller.watching import EventType, Watch
@@ -239,6 +239,8 @@ class QueueingLoop:
         self._changed_units: dict[tuple[str, str], QueueUnit | None] = {}
         self._tree: QuotaTree | None = None
         self._runtime_quota: RuntimeQuota | None = None
+        #: quota -> its own pods' requests, as the last runtime was computed from them
+        self._own_requests: Mapping[str, Mapping[str, int]] = {}
         self._total: dict[str, int] = {}
         self._external_demand: dict[str, dict[str, int]] = {}
         #: What each bound pod outside the queue is charged (quota, request, non-preemptible).
@@ -551,6 +553,7 @@ class QueueingLoop:
                     total[name] -= amount
         quota_runtime = self._tree.runtime(requests, total)
         self._runtime_quota = quota_runtime
+        self._own_requests = requests
         reported = {name for name, amount in self._total.items() if amount > 0}
         enforced: dict[str, dict[str, int]] = {}
         for quota in engine.index.by_name:
@@ -1049,6 +1052,12 @@ class QueueingLoop:
                 request=runtime.request.get(name, ResourceList())
                 if runtime is not None
                 else ResourceList(),
+                child_request=child_request(
+                    quota,
+                    own=self._own_requests.get(name),
+                    children=runtime.child_request.get(name) if runtime is not None else None,
+                    ignore=(MAX_JOBS,),
+                ),
                 non_preemptible_used=pinned,
             )
             if updated is not None:

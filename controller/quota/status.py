@@ -3,6 +3,12 @@ annotations ``quota.scheduling.koordinator.sh/runtime``, ``/request``, ``/child-
 ``/non-preemptible-used``, each a JSON ResourceList in wire quantities with its keys sorted
 (``{"cpu":"2","memory":"4Gi"}``).
 
+``child-request`` (:func:`child_request`) is what the quota's own pods and its children ask:
+for a leaf the sum of its pods' requests, for a parent the sum of its children's limited
+requests (each capped at the child's max, raised to its min where it does not lend), over the
+names of the quota's ``max``; Koordinator's ``ChildRequest``, which the page
+``capacity-scheduling`` shows on a leaf.
+
 :func:`quota_status` is pure: it answers the quota as it should be written, or None when what
 it shows already says the same. Zero amounts are ignored in that comparison (``{"cpu":"0"}``
 and ``{}`` say the same), so a write happens only when some amount really moved.
@@ -11,7 +17,7 @@ and ``{}`` say the same), so a write happens only when some amount really moved.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Final
 
 import msgspec
@@ -21,7 +27,13 @@ from apis.quantity import QuantityError
 from apis.quota import ElasticQuota
 from apis.resources import ResourceList
 
-__all__ = ["STATUS_ANNOTATIONS", "encode_resources", "quota_status", "read_resources"]
+__all__ = [
+    "STATUS_ANNOTATIONS",
+    "child_request",
+    "encode_resources",
+    "quota_status",
+    "read_resources",
+]
 
 #: The annotations :func:`quota_status` writes.
 STATUS_ANNOTATIONS: Final = (
@@ -46,6 +58,25 @@ def read_resources(text: str) -> ResourceList | None:
         return ResourceList.parse(raw) if isinstance(raw, dict) else None
     except (ValueError, QuantityError):
         return None
+
+
+def child_request(
+    quota: ElasticQuota,
+    *,
+    own: Mapping[str, int] | None,
+    children: Mapping[str, int] | None,
+    ignore: Collection[str] = (),
+) -> ResourceList:
+    """The ``child-request`` of ``quota``: its own pods' requests plus what its children ask,
+    over the names of its ``max`` (less ``ignore``), zero amounts left out."""
+    own = own or {}
+    children = children or {}
+    amounts = {
+        name: own.get(name, 0) + children.get(name, 0)
+        for name in quota.spec.max
+        if name not in ignore
+    }
+    return ResourceList(amounts).nonzero()
 
 
 def _same(shown: ResourceList | None, amounts: ResourceList) -> bool:

@@ -4,25 +4,30 @@ replayed through ``koordpy simulate``.
 Replayed: "Quick Start by Label" and "Quick Start by Namespace" (the quota's ``status.used``
 and its runtime/request/shared-weight annotations once the pod runs), "Advanced
 Configurations" (a child of a parent group with its own shared weight), the five "WebHook
-Verify" refusals (each names its field and value, and what was stored before stays), and the
-non-preemptible pod of "used > runtime revoke" (held to the quota's min), and "multi quota
-tree" from step 2 on: the tree's root quota as the page shows it, applied as a manifest (the
-ElasticQuotaProfile of step 1, which writes it in Koordinator, is not served by koordpy), then
-its child and the child's pod.
+Verify" refusals (each names its field and value, and what was stored before stays), "used >
+runtime revoke" (the page's ``koord-scheduler-config`` with ``monitorAllQuotas``: a quota that
+borrowed the min of another gives its lowest-priority pods back once that quota's pods come,
+after ``delayEvictTime``; the non-preemptible pod of the page stays, and is held to the quota's
+min), and "multi quota tree" from step 2 on: the tree's root quota as the page shows it,
+applied as a manifest (the ElasticQuotaProfile of step 1, which writes it in Koordinator, is not
+served by koordpy), then its child, with the page's empty ``annotations:`` key (no annotations,
+as Kubernetes reads it), and the child's pod, with the ``child-request`` the page shows.
 
 The page writes some label values as bare YAML booleans (``is-parent: true``); Kubernetes
 refuses those (a label value is a string) and so does koordpy, naming the field: the tests
-quote them, as a manifest Kubernetes accepts must. Not replayed: the quota debug API (a
-scheduler HTTP endpoint) and the "used > runtime" revocation itself (a koord-scheduler
-ConfigMap koordpy does not read). The child quota of "multi quota tree" carries an empty
-``annotations:`` key, which Kubernetes reads as no annotations and koordpy's decoder refuses;
-the test leaves the empty key out.
+quote them, as a manifest Kubernetes accepts must. The page's scheduler configuration is a
+``kubescheduler.config.k8s.io/v1beta2`` document, a version koord-scheduler v1.8 no longer
+reads: koordpy refuses it naming the field, and the revocation is replayed with the same
+document at ``v1``. The page elides the rest of its profile (``filter: ...``); the test leaves
+that line out and names the profile ``koord-scheduler``, as the chart does. Not replayed: the
+quota debug API (a scheduler HTTP endpoint) and the RBAC rules (koordpy has no RBAC).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +39,8 @@ from apis.quota import ElasticQuota
 from controller import simulate as sim
 from controller.errors import Invalid, StoreError
 from controller.store import Store
-from tests.manuals.replay import node, replay
+from tests.manuals.replay import Outcome, node, replay
+from tests.manuals.stages import Stage, replay_in_stages, running_pod
 
 QUOTA_BY_LABEL = """
 apiVersion: scheduling.sigs.k8s.io/v1alpha1
@@ -138,6 +144,8 @@ def assert_quota_shows_the_pod(quota: Any) -> None:
     assert annotation(quota, "request") == {"cpu": "40m", "memory": "40Mi"}
     assert annotation(quota, "runtime") == {"cpu": "40m", "memory": "40Mi"}
     assert annotation(quota, "shared-weight") == {"cpu": "40", "memory": "40Gi"}
+    # Not on the page's v0.7 output; v1.8 writes it: what the quota's pods ask.
+    assert annotation(quota, "child-request") == {"cpu": "40m", "memory": "40Mi"}
     labels = quota["metadata"]["labels"]
     assert labels["quota.scheduling.koordinator.sh/parent"] == "koordinator-root-quota"
     assert labels["quota.scheduling.koordinator.sh/is-parent"] == "false"
@@ -206,8 +214,9 @@ spec:
     assert quota["metadata"]["labels"]["quota.scheduling.koordinator.sh/parent"] == "parent"
     assert annotation(quota, "shared-weight") == {"cpu": "40", "memory": "40Gi"}
     assert quota["status"]["used"] == {"cpu": "40m", "memory": "40Mi"}
-    used = out.wire("ElasticQuota", "parent", "default")["status"]["used"]
-    assert used == {"cpu": "40m", "memory": "40Mi"}
+    parent_quota = out.wire("ElasticQuota", "parent", "default")
+    assert parent_quota["status"]["used"] == {"cpu": "40m", "memory": "40Mi"}
+    assert annotation(parent_quota, "child-request") == {"cpu": "40m", "memory": "40Mi"}
 
 
 def test_a_bare_boolean_label_is_refused_naming_the_field() -> None:
@@ -374,6 +383,7 @@ TEST_CHILD = """
 apiVersion: scheduling.sigs.k8s.io/v1alpha1
 kind: ElasticQuota
 metadata:
+  annotations:
   labels:
     quota.scheduling.koordinator.sh/parent: cn-hangzhou-k-root-quota
   name: test-child
@@ -430,11 +440,14 @@ def test_multi_quota_tree_child_takes_the_tree_id_and_counts_its_pod() -> None:
     assert labels["quota.scheduling.koordinator.sh/tree-id"] == "18340441938858026940"
     assert labels["quota.scheduling.koordinator.sh/parent"] == "cn-hangzhou-k-root-quota"
     assert annotation(quota, "shared-weight") == {"cpu": "3", "memory": "6Gi"}
+    assert annotation(quota, "child-request") == {"cpu": "1", "memory": "2Gi"}
     assert annotation(quota, "request") == {"cpu": "1", "memory": "2Gi"}
     assert annotation(quota, "runtime") == {"cpu": "1", "memory": "2Gi"}
     assert quota["status"]["used"] == {"cpu": "1", "memory": "2Gi"}
     root = out.wire("ElasticQuota", "cn-hangzhou-k-root-quota", "kube-system")
     assert root["status"]["used"] == {"cpu": "1", "memory": "2Gi"}
+    # A parent's child-request sums what its children ask of it.
+    assert annotation(root, "child-request") == {"cpu": "1", "memory": "2Gi"}
 
 
 def test_multi_quota_tree_child_in_another_tree_is_refused() -> None:
@@ -447,3 +460,199 @@ def test_multi_quota_tree_child_in_another_tree_is_refused() -> None:
     err = refused_after(TREE_ROOT, other)
     assert err.field == "metadata.labels[quota.scheduling.koordinator.sh/tree-id]"
     assert err.value == "8589367430557242040"
+
+
+# --- used > runtime revoke: the revocation -------------------------------------------------------
+
+#: The page's ``koord-scheduler-config`` ConfigMap, ``{{ .Values.installation.namespace }}`` as the
+#: chart installs it. The page elides the rest of the profile (``filter: ...``); the line is left
+#: out, and the profile is named ``koord-scheduler`` as the chart's is (the page's pods name it).
+SCHEDULER_CONFIG = """
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: koord-scheduler-config
+  namespace: koordinator-system
+data:
+  koord-scheduler-config: |
+    apiVersion: kubescheduler.config.k8s.io/v1beta2
+    kind: KubeSchedulerConfiguration
+    leaderElection:
+      leaderElect: true
+      resourceLock: leases
+      resourceName: koord-scheduler
+      resourceNamespace: koordinator-system
+    profiles:
+      - schedulerName: koord-scheduler
+        pluginConfig:
+        - name: ElasticQuota
+          args:
+            apiVersion: kubescheduler.config.k8s.io/v1beta2
+            kind: ElasticQuotaArgs
+            quotaGroupNamespace: koordinator-system
+            enableCheckParentQuota: true
+            monitorAllQuotas: true
+            revokePodInterval: 60s
+            delayEvictTime: 300s
+        plugins:
+          queueSort:
+            disabled:
+              - name: "*"
+            enabled:
+              - name: Coscheduling
+          preFilter:
+            enabled:
+              - name: NodeNUMAResource
+              - name: DeviceShare
+              - name: Reservation
+              - name: Coscheduling
+              - name: ElasticQuota
+"""
+#: The same at ``kubescheduler.config.k8s.io/v1``, the version koord-scheduler v1.8 reads
+#: (``v1beta2`` left Kubernetes in 1.28).
+SCHEDULER_CONFIG_V1 = SCHEDULER_CONFIG.replace("config.k8s.io/v1beta2", "config.k8s.io/v1")
+
+PRIORITY_CLASSES = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata:
+  name: low
+value: 100
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata:
+  name: high
+value: 1000
+"""
+
+
+def sharing_quota(name: str) -> str:
+    """A quota of the root with a guaranteed half of the 4-CPU node and all of it as max."""
+    return f"""
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata:
+  name: {name}
+  namespace: default
+  labels:
+    quota.scheduling.koordinator.sh/parent: ""
+    quota.scheduling.koordinator.sh/is-parent: "false"
+spec:
+  max:
+    cpu: 4
+    memory: 16Gi
+  min:
+    cpu: 2
+    memory: 8Gi
+"""
+
+
+def quota_pod(name: str, quota: str, *, priority_class: str = "", pinned: bool = False) -> str:
+    """The page's ``pod-example`` in ``quota``, asking 1 CPU and 1Gi."""
+    text = POD_BY_LABEL.replace("name: pod-example", f"name: {name}").replace(
+        '"quota-example"', f'"{quota}"'
+    )
+    text = text.replace("cpu: 40m", "cpu: 1").replace("memory: 40Mi", "memory: 1Gi")
+    if pinned:
+        text = text.replace(
+            f'    quota.scheduling.koordinator.sh/name: "{quota}"\n',
+            f'    quota.scheduling.koordinator.sh/name: "{quota}"\n'
+            '    quota.scheduling.koordinator.sh/preemptible: "false"\n',
+        )
+    if priority_class:
+        text = text.replace(
+            "  schedulerName: koord-scheduler\n",
+            f"  schedulerName: koord-scheduler\n  priorityClassName: {priority_class}\n",
+        )
+    return text
+
+
+#: Quota ``borrower`` runs 4 CPUs of pods on the 4-CPU node (its min is 2: it borrows the min
+#: ``lender`` does not use yet): one non-preemptible, one of priority ``high``, two ``low``.
+BORROWER_PODS = (
+    quota_pod("pinned", "borrower", pinned=True),
+    quota_pod("important", "borrower", priority_class="high"),
+    quota_pod("batch-1", "borrower", priority_class="low"),
+    quota_pod("batch-2", "borrower", priority_class="low"),
+)
+
+
+def lender_comes_back(config: str | None) -> Outcome:
+    """The borrower's pods run; then the lender's two pods of 1 CPU arrive, so the lender's
+    runtime grows back to its min and the borrower's shrinks to 2 CPUs below the 4 it uses."""
+    first = [node("node-1", cpu="4", memory="16Gi"), PRIORITY_CLASSES]
+    first += [sharing_quota("borrower"), sharing_quota("lender"), *BORROWER_PODS]
+    if config is not None:
+        first.append(config)
+    lender = [quota_pod("lender-1", "lender"), quota_pod("lender-2", "lender")]
+    stage = Stage(
+        documents=lambda store, now: lender,
+        when=lambda store, now: all(
+            running_pod(store, name) is not None
+            for name in ("pinned", "important", "batch-1", "batch-2")
+        ),
+    )
+    return replay_in_stages(first, [stage], max_time=timedelta(hours=2))
+
+
+def phase(out: Outcome, name: str) -> str:
+    """The pod's phase; "gone" once it was deleted."""
+    if not any(p.metadata.name == name for p in out.all("Pod")):
+        return "gone"
+    return str(out.wire("Pod", name, "default")["status"].get("phase", "Pending"))
+
+
+def test_used_above_runtime_is_revoked_from_low_to_high_priority() -> None:
+    """ "used > runtime revoke" with the page's configuration (``monitorAllQuotas: true``,
+    ``revokePodInterval: 60s``, ``delayEvictTime: 300s``): once the lender's pods want its min
+    back, the borrower's ``low`` pods are evicted, the ``high`` and the non-preemptible pod
+    stay, and the lender's pods run in the room freed."""
+    out = lender_comes_back(SCHEDULER_CONFIG_V1)
+    phases = {
+        name: phase(out, name)
+        for name in ("pinned", "important", "batch-1", "batch-2", "lender-1", "lender-2")
+    }
+    assert phases == {
+        "pinned": "Running",
+        "important": "Running",
+        "batch-1": "gone",
+        "batch-2": "gone",
+        "lender-1": "Running",
+        "lender-2": "Running",
+    }
+    evicted = list(out.events("Evicted"))
+    assert sorted(e.involved_object.name for e in evicted) == ["batch-1", "batch-2"]
+    assert {e.source.component for e in evicted} == {"koord-scheduler"}
+    assert "quota borrower used cpu:4," in evicted[0].message
+    assert "above its runtime cpu:2," in evicted[0].message
+    # Revoked at the first check (every 60 s) after 300 s above the runtime.
+    arrived = out.get("Pod", "lender-1", "default").metadata.creation_timestamp
+    assert arrived is not None
+    for event in evicted:
+        assert event.last_timestamp is not None
+        assert event.last_timestamp - arrived == timedelta(seconds=360)
+    borrower = out.wire("ElasticQuota", "borrower", "default")
+    assert borrower["status"]["used"] == {"cpu": "2", "memory": "2Gi"}
+    assert annotation(borrower, "runtime")["cpu"] == "2"
+    lender = out.wire("ElasticQuota", "lender", "default")
+    assert lender["status"]["used"] == {"cpu": "2", "memory": "2Gi"}
+
+
+def test_without_monitor_all_quotas_nothing_is_revoked() -> None:
+    """``monitorAllQuotas`` defaults to false: the borrower keeps its pods and the lender's wait."""
+    out = lender_comes_back(None)
+    assert [phase(out, n) for n in ("batch-1", "batch-2")] == ["Running", "Running"]
+    assert [phase(out, n) for n in ("lender-1", "lender-2")] == ["Pending", "Pending"]
+    assert not list(out.events("Evicted"))
+
+
+def test_the_pages_v1beta2_configuration_is_refused_naming_the_field() -> None:
+    """The page's document as written is ``kubescheduler.config.k8s.io/v1beta2``, which
+    koord-scheduler v1.8 no longer reads: the ConfigMap gets a Warning Event naming the field
+    and the value, and the shipped configuration (no revocation) stays in force."""
+    out = lender_comes_back(SCHEDULER_CONFIG)
+    (refused,) = out.events("InvalidConfiguration")
+    assert refused.involved_object.name == "koord-scheduler-config"
+    assert "apiVersion: 'kubescheduler.config.k8s.io/v1beta2'" in refused.message
+    assert not list(out.events("Evicted"))
