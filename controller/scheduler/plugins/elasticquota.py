@@ -28,7 +28,8 @@ read (the full :func:`~controller.quota.check_pod` runs, and words the message, 
 quick test is not conclusive).
 
 Not done here: the PostFilter (quota-aware preemption; :func:`~controller.quota.
-preemption_policy` is its core), hook plugins, over-use revocation.
+preemption_policy` is its core) and hook plugins; over-use revocation is the
+``quota-revoke`` loop's (:mod:`controller.quota.revoke`).
 Its args are :class:`controller.quota.args.ElasticQuotaArgs`.
 """
 
