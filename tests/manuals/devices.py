@@ -1,10 +1,11 @@
 """What the device manual pages' replays share: the scheduler with ``DevicePluginAdaption``
-on, a pod's allocation and scheduling verdict read back, and the pages' Device objects checked
-against Koordinator's Device CRD."""
+on, a page's pod varied (renamed, other amounts), a pod's allocation and scheduling verdict
+read back, and the pages' Device objects checked against Koordinator's Device CRD."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ __all__ = [
     "EPOCH_NS",
     "allocation",
     "check_devices",
-    "pod_of",
+    "pod_variant",
     "pods",
     "replay_adapted",
     "unschedulable",
@@ -50,12 +51,6 @@ def replay_adapted(*documents: str, max_time: timedelta = timedelta(hours=1)) ->
     return Outcome(sim.simulate(objects, max_time=max_time, loops=loops))
 
 
-def pod_of(outcome: Outcome, name: str) -> Pod:
-    pod = outcome.get("Pod", name)
-    assert isinstance(pod, Pod)
-    return pod
-
-
 def pods(outcome: Outcome) -> list[Pod]:
     """Every pod the simulation ended with."""
     return [p for p in outcome.all("Pod") if isinstance(p, Pod)]
@@ -63,7 +58,7 @@ def pods(outcome: Outcome) -> list[Pod]:
 
 def allocation(outcome: Outcome, name: str) -> Any:
     """The pod's ``scheduling.koordinator.sh/device-allocated``, decoded."""
-    pod = pod_of(outcome, name)
+    pod = outcome.pod(name)
     text = pod.metadata.annotations.get(k.ANNOTATION_DEVICE_ALLOCATED)
     assert text, f"pod {name} holds no devices (node {pod.spec.node_name!r})"
     return json.loads(text)
@@ -71,11 +66,31 @@ def allocation(outcome: Outcome, name: str) -> Any:
 
 def unschedulable(outcome: Outcome, name: str) -> str:
     """The message of the pod's ``PodScheduled=False`` condition (it must be unbound)."""
-    pod = pod_of(outcome, name)
+    pod = outcome.pod(name)
     assert not pod.spec.node_name, f"pod {name} was bound to {pod.spec.node_name}"
     (condition,) = [c for c in pod.status.conditions if c.type == "PodScheduled"]
     assert condition.status == "False"
     return condition.message
+
+
+def pod_variant(
+    manifest: str,
+    name: str | None = None,
+    *,
+    resources: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> str:
+    """The page's one-container pod ``manifest`` with the change a test makes: renamed to
+    ``name``, ``resources`` set in both its limits and requests, its annotations replaced by
+    ``annotations`` (each where given)."""
+    doc = yaml.safe_load(manifest)
+    if name is not None:
+        doc["metadata"]["name"] = name
+    if annotations is not None:
+        doc["metadata"]["annotations"] = dict(annotations)
+    for part in ("limits", "requests"):
+        doc["spec"]["containers"][0]["resources"][part].update(resources or {})
+    return str(yaml.safe_dump(doc))
 
 
 def check_devices(shared_dir: Path, *documents: str) -> None:

@@ -27,7 +27,16 @@ from controller import simulate as sim
 from controller.loops import LoopContext, LoopFactory, build_loops
 from controller.store import Store
 
-__all__ = ["Cluster", "Outcome", "documents", "dump", "node", "replay", "scheduler_config"]
+__all__ = [
+    "Cluster",
+    "Outcome",
+    "documents",
+    "dump",
+    "node",
+    "node_metric",
+    "replay",
+    "scheduler_config",
+]
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,12 @@ class Outcome:
                 return obj
         names = sorted(f"{o.metadata.namespace}/{o.metadata.name}" for o in self.all(kind))
         raise AssertionError(f"no {kind} {namespace}/{name}; there are {names}")
+
+    def pod(self, name: str, namespace: str = "") -> Pod:
+        """The pod ``name`` (namespace ``""`` matches any)."""
+        found = self.get("Pod", name, namespace)
+        assert isinstance(found, Pod)
+        return found
 
     def events(self, reason: str | None = None) -> Iterator[Event]:
         """The Events recorded, those with ``reason`` only when given."""
@@ -173,6 +188,9 @@ class Cluster:
     def get(self, kind: str, name: str, namespace: str = "") -> Object:
         return self.outcome().get(kind, name, namespace)
 
+    def pod(self, name: str, namespace: str = "") -> Pod:
+        return self.outcome().pod(name, namespace)
+
     def wire(self, kind: str, name: str, namespace: str = "") -> Any:
         """The object as ``kubectl get -o json`` shows it (JSON data: lists, not tuples)."""
         return json.loads(codec.encode_json(self.get(kind, name, namespace)))
@@ -203,6 +221,51 @@ def node(
         },
     }
     return codec.dump_yaml(doc)
+
+
+def node_metric(
+    name: str,
+    *,
+    cpu: str,
+    memory: str,
+    updated: str,
+    pods: Mapping[str, tuple[str, str]] | None = None,
+    pod_priority: str | None = None,
+    p99: tuple[str, str] | None = None,
+    system: tuple[str, str] | None = None,
+    report_interval: int | None = None,
+) -> str:
+    """``name``'s NodeMetric manifest as koordlet reports it at ``updated``: the node's usage
+    ``cpu``/``memory``, where given its p99 over 5 minutes and its system usage, and the usage
+    of ``pods`` (name -> cpu, memory; namespace default; priority class ``pod_priority`` where
+    given); ``spec.metricCollectPolicy.reportIntervalSeconds`` where ``report_interval`` is."""
+
+    def usage(amounts: tuple[str, str]) -> dict[str, Any]:
+        return {"resources": {"cpu": amounts[0], "memory": amounts[1]}}
+
+    pods_metric = [
+        {
+            "namespace": "default",
+            "name": pod,
+            "podUsage": usage(used),
+            **({"priority": pod_priority} if pod_priority is not None else {}),
+        }
+        for pod, used in (pods or {}).items()
+    ]
+    reported: dict[str, Any] = {"nodeUsage": usage((cpu, memory))}
+    if p99 is not None:
+        reported["aggregatedNodeUsages"] = [{"duration": "5m0s", "usage": {"p99": usage(p99)}}]
+    if system is not None:
+        reported["systemUsage"] = usage(system)
+    doc: dict[str, Any] = {
+        "apiVersion": "slo.koordinator.sh/v1alpha1",
+        "kind": "NodeMetric",
+        "metadata": {"name": name},
+        "status": {"updateTime": updated, "nodeMetric": reported, "podsMetric": pods_metric},
+    }
+    if report_interval is not None:
+        doc["spec"] = {"metricCollectPolicy": {"reportIntervalSeconds": report_interval}}
+    return dump(doc)
 
 
 def dump(doc: object) -> str:

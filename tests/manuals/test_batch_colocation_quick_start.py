@@ -20,11 +20,10 @@ from pathlib import Path
 
 from agent.qos.batch_resources import BatchResources
 from apis import constants as k
-from apis.core import Pod
 from apis.quantity import format_quantity
 from tests.agent.qos_fixtures_evict import GIB, FakeUsage, make_node, make_pod, snapshot
 from tests.controller.slo.slohelpers import agent_settings, slo_spec, valid_nodeslos
-from tests.manuals.replay import node, replay
+from tests.manuals.replay import Outcome, node, replay
 
 COLOCATION_ON = """
 apiVersion: v1
@@ -100,6 +99,12 @@ def _published(configmap: str) -> dict[str, str]:
     }
 
 
+def _batch_pod_on_published(configmap: str, published: dict[str, str]) -> Outcome:
+    """The page's batch pod applied where node-1 offers the ``published`` Batch resources."""
+    offering = node("node-1", cpu=str(CORES), memory="16Gi", extra=published)
+    return replay(configmap, offering, BATCH_POD)
+
+
 def test_colocation_on_gives_the_node_batch_resources(shared_dir: Path) -> None:
     out = replay(COLOCATION_ON, node("node-1"), node("node-2"))
     assert valid_nodeslos(shared_dir, out) == 2
@@ -117,12 +122,8 @@ def test_colocation_on_gives_the_node_batch_resources(shared_dir: Path) -> None:
 
 
 def test_the_batch_pod_runs_on_what_the_agent_published() -> None:
-    published = _published(COLOCATION_ON)
-    out = replay(
-        COLOCATION_ON, node("node-1", cpu=str(CORES), memory="16Gi", extra=published), BATCH_POD
-    )
-    pod = out.get("Pod", "manual-batch-job-x7k2p", "batch-demo")
-    assert isinstance(pod, Pod)
+    out = _batch_pod_on_published(COLOCATION_ON, _published(COLOCATION_ON))
+    pod = out.pod("manual-batch-job-x7k2p", "batch-demo")
     assert (pod.status.phase, pod.spec.node_name) == ("Running", "node-1")
 
 
@@ -132,11 +133,8 @@ def test_with_colocation_off_there_is_nothing_to_run_it_on() -> None:
         k.RESOURCE_BATCH_CPU: format_quantity(k.RESOURCE_BATCH_CPU, 0),
         k.RESOURCE_BATCH_MEMORY: format_quantity(k.RESOURCE_BATCH_MEMORY, 0),
     }
-    out = replay(
-        COLOCATION_OFF, node("node-1", cpu=str(CORES), memory="16Gi", extra=published), BATCH_POD
-    )
-    pod = out.get("Pod", "manual-batch-job-x7k2p", "batch-demo")
-    assert isinstance(pod, Pod)
+    out = _batch_pod_on_published(COLOCATION_OFF, published)
+    pod = out.pod("manual-batch-job-x7k2p", "batch-demo")
     assert pod.spec.node_name == ""
     [failed] = [
         e for e in out.events("FailedScheduling") if e.involved_object.name == pod.metadata.name

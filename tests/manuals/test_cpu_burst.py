@@ -13,18 +13,14 @@ at the quota; the reason says both.
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent import cli as agent_cli
 from apis import codec
 from apis.errors import DecodeError
-from koordpy import cli
-from tests.fakes.host import FakeHost
+from tests.manuals.agent_plan import agent_host, as_listed, planned_writes
 
 UID = "7d3e5a10-2b4c-4f6e-8a9b-0c1d2e3f4a5b"
 CONTAINER_ID = "b5c1e9f0a2d34c6b8e7f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d"
@@ -87,76 +83,35 @@ spec:
 """
 
 
-def as_listed(manifest: str) -> dict[str, Any]:
+def listed(manifest: str) -> dict[str, Any]:
     """The page's pod as the kubelet lists it on node-1, its container running."""
     [pod] = codec.load_yaml_documents(manifest)
     assert pod["spec"]["nodeName"] is None  # the page leaves the node to fill in
-    pod["metadata"].update(namespace="default", uid=UID)
-    pod["spec"]["nodeName"] = "node-1"
-    pod["status"] = {
-        "phase": "Running",
-        "qosClass": "Guaranteed",
-        "containerStatuses": [
-            {
-                "name": "apache",
-                "containerID": f"containerd://{CONTAINER_ID}",
-                "ready": True,
-                "restartCount": 0,
-                "image": "apache",
-                "imageID": "",
-                "state": {"running": {"startedAt": "2026-11-01T10:00:00Z"}},
-            }
-        ],
+    running = {
+        "name": "apache",
+        "containerID": f"containerd://{CONTAINER_ID}",
+        "ready": True,
+        "restartCount": 0,
+        "image": "apache",
+        "imageID": "",
+        "state": {"running": {"startedAt": "2026-11-01T10:00:00Z"}},
     }
-    listed: dict[str, Any] = pod
-    return listed
+    return as_listed(manifest, UID, "Guaranteed", containers=[running])
 
 
 def plan(
     tmp_path: Path, slo: str, pod: dict[str, Any], *, burst: int = 0
 ) -> dict[str, tuple[int, str]]:
-    """``koordpy agent plan -o json`` on a host whose kernel has ``cpu.cfs_burst_us``:
+    """``koordpy agent plan -o json`` on an 8-CPU host whose kernel has ``cpu.cfs_burst_us``:
     cgroup -> (desired burst, reason), for the burst writes planned."""
-    host = FakeHost(tmp_path)
-    host.use_v1()
-    host.write("/proc/stat", "cpu  100 0 100 1000 0 0 0 0 0 0\ncpu0 50 0 50 500 0 0 0 0 0 0\n")
-    host.write(
-        "/proc/meminfo",
-        "MemTotal:        8000000 kB\nMemFree:         5000000 kB\n"
-        "MemAvailable:    6000000 kB\nBuffers:          100000 kB\n"
-        "Cached:           900000 kB\nShmem:             10000 kB\n"
-        "SReclaimable:      50000 kB\nActive:          1000000 kB\n"
-        "Inactive:         800000 kB\n",
-    )
-    host.write("/sys/devices/system/cpu/online", "0-7\n")
-    for cpu in range(8):
-        host.write(f"/sys/devices/system/cpu/cpu{cpu}/topology/core_id", f"{cpu}\n")
-        host.write(f"/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id", "0\n")
+    host = agent_host(tmp_path, cpus=8)
     for directory in (POD_DIR, CONTAINER_DIR):
         host.write_cgroup(f"{CPU}/{directory}", "cpu.cfs_quota_us", "400000\n")
         host.write_cgroup(f"{CPU}/{directory}", "cpu.cfs_period_us", "100000\n")
         host.write_cgroup(f"{CPU}/{directory}", BURST, f"{burst}\n")
-    config = tmp_path / "agent.toml"
-    config.write_text(
-        f'[host]\nroot = "{host.root}"\n[cgroup]\nroot = "{host.cgroup_root}"\n',
-        encoding="utf-8",
-    )
-    pods_file = tmp_path / "pods.yaml"
-    pods_file.write_text(codec.dump_yaml({"apiVersion": "v1", "kind": "PodList", "items": [pod]}))
-    slo_file = tmp_path / "nodeslo.yaml"
-    slo_file.write_text(slo)
-    args = cli.build_parser().parse_args(
-        [
-            *("agent", "plan", "--config", str(config), "--node-name", "node-1"),
-            *("--pods-file", str(pods_file), "--nodeslo-file", str(slo_file), "-o", "json"),
-        ]
-    )
-    out = io.StringIO()
-    assert agent_cli.main(args, out=out) == 0
-    writes = json.loads(out.getvalue())["writes"]
     return {
         w["cgroup"]: (int(w["desired"]), w["reason"])
-        for w in writes
+        for w in planned_writes(tmp_path, host, slo, [pod])
         if Path(w["file"]).name == BURST
     }
 
@@ -164,7 +119,7 @@ def plan(
 def test_apache_demo_with_the_auto_annotation_bursts(tmp_path: Path) -> None:
     """ "Verify CPU Burst": the annotation alone (no cluster strategy) turns it on; the pod
     is Guaranteed without a QoS label, and the page excludes only LSR and BE pods."""
-    writes = plan(tmp_path, nodeslo(None), as_listed(APACHE_DEMO))
+    writes = plan(tmp_path, nodeslo(None), listed(APACHE_DEMO))
     assert set(writes) == {CONTAINER_DIR, POD_DIR}
     value, reason = writes[CONTAINER_DIR]
     assert "policy auto: 1000% of the limit" in reason
@@ -175,7 +130,7 @@ def test_apache_demo_with_the_auto_annotation_bursts(tmp_path: Path) -> None:
 
 def test_the_cluster_strategy_bursts_a_pod_without_the_annotation(tmp_path: Path) -> None:
     """ "Use a ConfigMap to enable CPU Burst for all pods in a cluster"."""
-    pod = as_listed(APACHE_DEMO)
+    pod = listed(APACHE_DEMO)
     del pod["metadata"]["annotations"]
     writes = plan(tmp_path, nodeslo("auto"), pod)
     assert {cgroup: value for cgroup, (value, _) in writes.items()} == {
@@ -187,7 +142,7 @@ def test_the_cluster_strategy_bursts_a_pod_without_the_annotation(tmp_path: Path
 
 def test_the_none_annotation_turns_the_burst_off_under_an_auto_cluster(tmp_path: Path) -> None:
     """``'{"policy": "none"}'``: the related fields are reset (the burst to 0)."""
-    pod = as_listed(APACHE_DEMO.replace('{"policy": "auto"}', '{"policy": "none"}'))
+    pod = listed(APACHE_DEMO.replace('{"policy": "auto"}', '{"policy": "none"}'))
     writes = plan(tmp_path, nodeslo("auto"), pod, burst=QUOTA)
     assert {cgroup: value for cgroup, (value, _) in writes.items()} == {
         CONTAINER_DIR: 0,
@@ -203,7 +158,7 @@ ADVANCED = (
 
 def test_the_advanced_annotation_example_bursts(tmp_path: Path) -> None:
     """ "(Optional) Advanced Settings": the page's pod annotation, over a ``none`` cluster."""
-    pod = as_listed(APACHE_DEMO.replace('{"policy": "auto"}', ADVANCED))
+    pod = listed(APACHE_DEMO.replace('{"policy": "auto"}', ADVANCED))
     writes = plan(tmp_path, nodeslo("none"), pod)
     assert "policy auto: 1000% of the limit" in writes[CONTAINER_DIR][1]
 
@@ -211,7 +166,7 @@ def test_the_advanced_annotation_example_bursts(tmp_path: Path) -> None:
 def test_the_annotations_burst_percent_wins(tmp_path: Path) -> None:
     """A ``cpuBurstPercent`` of 50 in the annotation: half the limit, under the quota."""
     annotation = ADVANCED.replace('"cpuBurstPercent": 1000', '"cpuBurstPercent": 50')
-    pod = as_listed(APACHE_DEMO.replace('{"policy": "auto"}', annotation))
+    pod = listed(APACHE_DEMO.replace('{"policy": "auto"}', annotation))
     writes = plan(tmp_path, nodeslo("auto"), pod)
     assert writes[CONTAINER_DIR][0] == QUOTA // 2
     assert writes[POD_DIR][0] == QUOTA // 2
@@ -220,7 +175,7 @@ def test_the_annotations_burst_percent_wins(tmp_path: Path) -> None:
 @pytest.mark.parametrize("qos", ["LSR", "BE"])
 def test_lsr_and_be_pods_do_not_burst(tmp_path: Path, qos: str) -> None:
     """ "CPU Burst is not available for LSR and BE pods"."""
-    pod = as_listed(APACHE_DEMO)
+    pod = listed(APACHE_DEMO)
     pod["metadata"]["labels"] = {"koordinator.sh/qosClass": qos}
     assert plan(tmp_path, nodeslo("auto"), pod) == {}
 

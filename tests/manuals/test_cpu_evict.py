@@ -14,18 +14,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
-
 from agent.cgroups.cpuset import CpuSet
 from agent.cgroups.resources import Resource
-from agent.qos.batch_resources import BatchResources
 from agent.qos.evictions import Evictions
 from apis import constants as k
-from apis.core import Pod
 from apis.slo import COLOCATION_EXTENSION
-from tests.agent.qos_fixtures_evict import FakeUsage, FakeView, make_node, make_pod, snapshot
+from tests.agent.qos_builders import FakeView
+from tests.agent.qos_fixtures_evict import FakeUsage, make_node, make_pod, snapshot
 from tests.controller.slo.slohelpers import agent_settings, slo_spec, valid_nodeslos
-from tests.manuals.replay import Outcome, node, replay
+from tests.manuals.colocation import admitted, batch_node, evicted_on_batch_account, replay_demo
+from tests.manuals.replay import Outcome
 
 SATISFACTION = """
 # ConfigMap slo-controller-config example
@@ -82,21 +80,7 @@ data:
     }
 """
 
-ALLOCATED_THRESHOLD = """\
-  # Enable eviction feature based on CPU allocated
-  resource-threshold-config: |
-    {
-      "clusterStrategy": {
-        "enable": true,
-        "cpuAllocatableEvictThresholdPercent": 110,
-        "cpuAllocatableEvictLowerPercent": 100,
-        "allocatableEvictPriorityThreshold": 5999
-      }
-    }
-"""
-
-ALLOCATED = (
-    """
+ALLOCATED = """
 # ConfigMap slo-controller-config example.
 apiVersion: v1
 kind: ConfigMap
@@ -111,30 +95,22 @@ data:
       "batchCPUThresholdPercent": 100,
       "batchMemoryThresholdPercent": 100
     }
+  # Enable eviction feature based on CPU allocated
+  resource-threshold-config: |
+    {
+      "clusterStrategy": {
+        "enable": true,
+        "cpuAllocatableEvictThresholdPercent": 110,
+        "cpuAllocatableEvictLowerPercent": 100,
+        "allocatableEvictPriorityThreshold": 5999
+      }
+    }
 """
-    + ALLOCATED_THRESHOLD
-)
 
 # Step 4 of "Allocated": the batch CPU account set to zero. The page patches the ConfigMap
 # (`kubectl patch`), so resource-threshold-config "keeps the same": the patched ConfigMap.
-ALLOCATED_ZERO = (
-    """
-# ConfigMap slo-controller-config example.
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: slo-controller-config
-  namespace: koordinator-system
-data:
-  # Provide batch account
-  colocation-config: |
-   {
-      "enable": true,
-      "batchCPUThresholdPercent": 0,
-      "batchMemoryThresholdPercent": 100
-    }
-"""
-    + ALLOCATED_THRESHOLD
+ALLOCATED_ZERO = ALLOCATED.replace(
+    '"batchCPUThresholdPercent": 100', '"batchCPUThresholdPercent": 0'
 )
 
 BE_POD_DEMO = """
@@ -170,42 +146,14 @@ spec:
   priorityClassName: koord-batch
 """
 
-#: What Koordinator's chart installs.
-KOORD_BATCH = """
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata:
-  name: koord-batch
-value: 5000
-"""
-
 CORES = 16
 #: The BE QoS cgroup (cgroupfs driver, as the agent fixtures have it).
 BE_DIR = "kubepods/besteffort"
-NODE = node(
-    "node-1",
-    cpu=str(CORES),
-    memory="64Gi",
-    extra={"kubernetes.io/batch-cpu": "16k", "kubernetes.io/batch-memory": "32Gi"},
-)
+NODE = batch_node(cpu=str(CORES))
 
 
 def _cluster(configmap: str) -> Outcome:
-    out = replay(configmap, KOORD_BATCH, NODE, BE_POD_DEMO)
-    assert list(out.events("SLOCfgUnmarshalFailed")) == []
-    assert list(out.events("SLOCfgInvalid")) == []
-    pod = out.get("Pod", "be-pod-demo")
-    assert isinstance(pod, Pod)
-    assert (pod.status.phase, pod.spec.node_name) == ("Running", "node-1")
-    return out
-
-
-def _pod(out: Outcome) -> Pod:
-    """The demo pod as the node sees it: the API server's Priority admission gives it the
-    value of its PriorityClass (koordpy's store does not resolve it; the page's cluster does)."""
-    pod = out.get("Pod", "be-pod-demo")
-    assert isinstance(pod, Pod)
-    return msgspec.structs.replace(pod, spec=msgspec.structs.replace(pod.spec, priority=5000))
+    return replay_demo(configmap, NODE, BE_POD_DEMO)
 
 
 def test_satisfaction_configmap_renders_the_be_satisfaction_thresholds(shared_dir: Path) -> None:
@@ -234,7 +182,7 @@ def test_satisfaction_configmap_renders_the_be_satisfaction_thresholds(shared_di
     # `stress --cpu 10` squeezes the BE tier to 2 CPUs (suppress), where the demo pod (4 batch
     # cores requested) keeps them 95 % busy: satisfaction 2000 / 4000 = 50 % < 60 %, usage
     # 95 % >= 90 %: release 4000 x 80 % - 2000 = 1200 of batch-cpu requests, the demo pod's 4000
-    pod = _pod(out)
+    pod = admitted(out)
     usage = FakeUsage(pods_cpu={pod.metadata.uid: 1_900}, cgroups_cpu={BE_DIR: 1_900.0})
     squeezed = FakeView({(BE_DIR, Resource.CPUSET_CPUS): CpuSet.parse("0-1")})
     node_obj = make_node(cpu=CORES * 1000, memory=64 << 30)
@@ -256,7 +204,7 @@ def test_usage_configmap_evicts_the_demo_pod_over_60_percent_node_cpu() -> None:
     assert threshold is not None
     assert (threshold.cpu_evict_threshold_percent, threshold.cpu_evict_lower_percent) == (60, 40)
     assert threshold.evict_enabled_priority_threshold == 5999
-    pod = _pod(out)
+    pod = admitted(out)
     prod = make_pod("online", qos="LS", priority=9000, evictable=True)
     qos = agent_settings(spec, "CPUEvict")
     node_obj = make_node(cpu=CORES * 1000, memory=64 << 30)
@@ -281,7 +229,7 @@ def test_allocated_configmap_then_a_zero_batch_cpu_account_evicts_the_demo_pod()
     assert threshold.cpu_allocatable_evict_threshold_percent == 110
     assert threshold.cpu_allocatable_evict_lower_percent == 100
     assert threshold.allocatable_evict_priority_threshold == 5999
-    pod = _pod(out)
+    pod = admitted(out)
     usage = FakeUsage(
         node_cpu_milli=2_000,
         node_memory_bytes=8 << 30,
@@ -290,19 +238,10 @@ def test_allocated_configmap_then_a_zero_batch_cpu_account_evicts_the_demo_pod()
     )
 
     def round_under(configmap_spec_out: Outcome) -> list[str]:
-        slo = slo_spec(configmap_spec_out, "node-1")
-        qos = agent_settings(slo, "CPUAllocatableEvict")
-        capacity = make_node(cpu=CORES * 1000, memory=64 << 30)
-        batch = BatchResources().plan(snapshot(capacity, [pod], usage, qos)).node_resources
-        assert batch is not None
-        allocatable = {
-            k.RESOURCE_CPU: CORES * 1000,
-            k.RESOURCE_MEMORY: 64 << 30,
-            k.RESOURCE_BATCH_CPU: batch.get_amount(k.RESOURCE_BATCH_CPU),
-        }
-        node_obj = make_node(cpu=CORES * 1000, memory=64 << 30, allocatable=allocatable)
-        outcome = Evictions().plan(snapshot(node_obj, [pod], usage, qos))
-        return [f"{e.pod.metadata.name}:{e.reason}" for e in outcome.evictions]
+        qos = agent_settings(slo_spec(configmap_spec_out, "node-1"), "CPUAllocatableEvict")
+        return evicted_on_batch_account(
+            qos, [pod], usage, cpu=CORES * 1000, memory=64 << 30, resource=k.RESOURCE_BATCH_CPU
+        )
 
     assert round_under(out) == []  # 4 batch cores requested of plenty
     zeroed = _cluster(ALLOCATED_ZERO)

@@ -10,19 +10,15 @@ identity; the plan's writes are what the page reads back.
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent import cli as agent_cli
 from agent.qos.settings import QoSSettings, SettingsError, from_nodeslo
 from apis import codec
 from apis.slo import NodeSLO
-from koordpy import cli
-from tests.fakes.host import FakeHost
+from tests.manuals.agent_plan import agent_host, as_listed, planned_writes
 
 LS_UID = "1c20f2ad-5e31-4b0a-9d7e-2f4c6a8b0d11"
 BE_UID = "4b6e96c8-7a19-4c2e-8f30-5d1b3e7a9c22"
@@ -103,57 +99,15 @@ spec:
 """
 
 
-def as_listed(manifest: str, uid: str, kube_qos: str) -> dict[str, Any]:
-    """The page's pod as the kubelet lists it: with its uid, node and Running status."""
-    [pod] = codec.load_yaml_documents(manifest)
-    pod["metadata"].update(namespace="default", uid=uid)
-    pod["spec"]["nodeName"] = "node-1"
-    pod["status"] = {"phase": "Running", "qosClass": kube_qos}
-    listed: dict[str, Any] = pod
-    return listed
-
-
-def host_with_group_identity(tmp_path: Path) -> tuple[FakeHost, Path]:
-    host = FakeHost(tmp_path)
-    host.use_v1()
-    host.write("/proc/stat", "cpu  100 0 100 1000 0 0 0 0 0 0\ncpu0 50 0 50 500 0 0 0 0 0 0\n")
-    host.write(
-        "/proc/meminfo",
-        "MemTotal:        8000000 kB\nMemFree:         5000000 kB\n"
-        "MemAvailable:    6000000 kB\nBuffers:          100000 kB\n"
-        "Cached:           900000 kB\nShmem:             10000 kB\n"
-        "SReclaimable:      50000 kB\nActive:          1000000 kB\n"
-        "Inactive:         800000 kB\n",
-    )
-    host.write("/sys/devices/system/cpu/online", "0\n")
+def plan(tmp_path: Path, nodeslo: str, pods: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
+    """``koordpy agent plan -o json`` on a host whose kernel has group identity (every QoS
+    tier's and pod's ``cpu.bvt_warp_ns`` at 0): (cgroup, file) -> the planned write."""
+    host = agent_host(tmp_path)
     for directory in (KUBEPODS, BURSTABLE, BESTEFFORT, LS_POD, BE_POD):
         host.write_cgroup(f"{CPU}/{directory}", "cpu.bvt_warp_ns", "0\n")
-    config = tmp_path / "agent.toml"
-    config.write_text(
-        f'[host]\nroot = "{host.root}"\n[cgroup]\nroot = "{host.cgroup_root}"\n',
-        encoding="utf-8",
-    )
-    return host, config
-
-
-def plan(tmp_path: Path, nodeslo: str, pods: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
-    """``koordpy agent plan -o json``: (cgroup, file) -> the planned write."""
-    _, config = host_with_group_identity(tmp_path)
-    pods_file = tmp_path / "pods.yaml"
-    pods_file.write_text(codec.dump_yaml({"apiVersion": "v1", "kind": "PodList", "items": pods}))
-    slo_file = tmp_path / "nodeslo.yaml"
-    slo_file.write_text(nodeslo)
-    args = cli.build_parser().parse_args(
-        [
-            *("agent", "plan", "--config", str(config), "--node-name", "node-1"),
-            *("--pods-file", str(pods_file), "--nodeslo-file", str(slo_file), "-o", "json"),
-        ]
-    )
-    out = io.StringIO()
-    assert agent_cli.main(args, out=out) == 0
     return {
         (w["cgroup"], Path(w["file"]).name): w
-        for w in json.loads(out.getvalue())["writes"]
+        for w in planned_writes(tmp_path, host, nodeslo, pods)
         if Path(w["file"]).name == "cpu.bvt_warp_ns"
     }
 

@@ -60,8 +60,12 @@ SUPPRESS_AT_65 = ResourceThresholdStrategy(
 )
 
 
+#: The 32-core node the agent's examples run on.
+NODE = node("node-1", cpu="32")
+
+
 def test_use_cpu_suppress_turns_it_on_at_65_percent(shared_dir: Path) -> None:
-    out = replay(USE_CPU_SUPPRESS, node("node-1", cpu="32"))
+    out = replay(USE_CPU_SUPPRESS, NODE)
     spec = slo_spec(out, "node-1")
     assert spec.resource_used_threshold_with_be == SUPPRESS_AT_65
     assert valid_nodeslos(shared_dir, out) == 1
@@ -75,7 +79,7 @@ def test_the_configurations_excerpt_renders_the_same_nodeslo() -> None:
 
 
 def test_the_agent_gives_be_pods_what_65_percent_leaves() -> None:
-    out = replay(USE_CPU_SUPPRESS, node("node-1", cpu="32"))
+    out = replay(USE_CPU_SUPPRESS, NODE)
     qos = agent_settings(slo_spec(out, "node-1"))
     assert (qos.suppress.enable, qos.suppress.threshold_percent, qos.suppress.policy) == (
         True,
@@ -88,13 +92,14 @@ def test_the_agent_gives_be_pods_what_65_percent_leaves() -> None:
     usage = FakeUsage(
         node_cpu_milli=18_000, pods_cpu={ls.metadata.uid: 10_000, be.metadata.uid: 6_000}
     )
-    budget = be_budget(snapshot(make_node(cpu=32_000, memory=64 << 30), [ls, be], usage, qos))
+    node_obj = make_node(cpu=32_000, memory=64 << 30)
+    budget = be_budget(snapshot(node_obj, [ls, be], usage, qos))
     assert budget is not None
     assert budget.milli == 32_000 * 65 // 100 - 10_000 - 2_000  # 8800m: 9 CPUs of cpuset
     # LS usage rising to 18 cores leaves BE only 800m
     busy = FakeUsage(
         node_cpu_milli=26_000, pods_cpu={ls.metadata.uid: 18_000, be.metadata.uid: 6_000}
     )
-    squeezed = be_budget(snapshot(make_node(cpu=32_000, memory=64 << 30), [ls, be], busy, qos))
+    squeezed = be_budget(snapshot(node_obj, [ls, be], busy, qos))
     assert squeezed is not None
     assert squeezed.milli == 32_000 * 65 // 100 - 18_000 - 2_000

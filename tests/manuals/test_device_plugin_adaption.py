@@ -21,7 +21,7 @@ import pytest
 
 from apis import constants as k
 from tests.manuals import test_device_scheduling_ascend_npu as ascend
-from tests.manuals.devices import EPOCH_NS, pod_of, replay_adapted
+from tests.manuals.devices import EPOCH_NS, replay_adapted
 from tests.manuals.replay import Outcome, replay
 from tests.manuals.test_device_scheduling_metax_gpu import DEVICE, NODE, POD, UUID
 
@@ -38,14 +38,9 @@ data:
 
 #: The same ConfigMap with a profile of the user's own beside the gates (the chart's layout:
 #: the KubeSchedulerConfiguration under ``koord-scheduler-config``).
-WITH_PROFILE = """
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: koord-scheduler-config
-  namespace: koordinator-system
-data:
-  feature-gates: {gates}
+WITH_PROFILE = (
+    GATES_ONLY
+    + """\
   koord-scheduler-config: |
     apiVersion: kubescheduler.config.k8s.io/v1
     kind: KubeSchedulerConfiguration
@@ -59,6 +54,7 @@ data:
               scoringStrategy:
                 type: MostAllocated
 """
+)
 
 #: What MetaX's device plugin reads for the page's sGPU: 10 % of the card, 1 GiB in MiB.
 METAX_ALLOCATED = [[{"uuid": UUID, "compute": 10, "vRam": 1024}]]
@@ -71,7 +67,7 @@ def replay_with_gates(gates: str, *documents: str, template: str = GATES_ONLY) -
 
 
 def _annotations(outcome: Outcome) -> dict[str, str]:
-    pod = pod_of(outcome, "test-metax-sgpu")
+    pod = outcome.pod("test-metax-sgpu")
     assert pod.spec.node_name == "sample-node1"
     assert pod.status.phase == "Running"
     assert json.loads(pod.metadata.annotations[k.ANNOTATION_DEVICE_ALLOCATED])["gpu"]
@@ -145,7 +141,7 @@ def test_the_gate_reaches_the_ascend_pages_virtual_card_too(gates: str) -> None:
     Ascend's device plugin finds the card and template it reads; off, only the allocation."""
     page = (ascend.device(ascend.PARTITIONS), ascend.NODE, ascend.TEMPLATES, ascend.PARTIAL_CARD)
     outcome = replay_with_gates(gates, *page)
-    pod = pod_of(outcome, "test-ascend-partial-1")
+    pod = outcome.pod("test-ascend-partial-1")
     assert pod.status.phase == "Running"
     annotations = pod.metadata.annotations
     assert json.loads(annotations[k.ANNOTATION_DEVICE_ALLOCATED])["gpu"][0]["minor"] == 0

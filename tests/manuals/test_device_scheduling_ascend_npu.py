@@ -27,14 +27,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from apis import constants as k
 from tests.manuals.devices import (
     EPOCH_NS,
     allocation,
     check_devices,
-    pod_of,
+    pod_variant,
     replay_adapted,
     unschedulable,
 )
@@ -381,13 +379,11 @@ def device(partitions: dict[str, Any]) -> str:
 
 def full_card_pod(name: str, cards: int) -> str:
     """The page's full-card pod asking ``cards`` cards by its formulas."""
-    doc = yaml.safe_load(FULL_CARD)
-    doc["metadata"]["name"] = name
-    for part in ("limits", "requests"):
-        resources = doc["spec"]["containers"][0]["resources"][part]
-        resources[k.RESOURCE_GPU_MEMORY_RATIO] = str(cards * 100)
-        resources[k.RESOURCE_HUAWEI_NPU_CORE] = str(cards * 20)
-    return yaml.safe_dump(doc)
+    asked = {
+        k.RESOURCE_GPU_MEMORY_RATIO: str(cards * 100),
+        k.RESOURCE_HUAWEI_NPU_CORE: str(cards * 20),
+    }
+    return pod_variant(FULL_CARD, name, resources=asked)
 
 
 def test_the_pages_device_is_a_valid_device_object(shared_dir: Path) -> None:
@@ -396,7 +392,7 @@ def test_the_pages_device_is_a_valid_device_object(shared_dir: Path) -> None:
 
 def test_the_virtual_card_example_gets_the_vir10_template() -> None:
     outcome = replay_adapted(device(PARTITIONS), NODE, TEMPLATES, PARTIAL_CARD)
-    pod = pod_of(outcome, "test-ascend-partial-1")
+    pod = outcome.pod("test-ascend-partial-1")
     assert pod.status.phase == "Running"
     assert allocation(outcome, "test-ascend-partial-1") == {
         "gpu": [
@@ -418,10 +414,8 @@ def test_the_virtual_card_example_gets_the_vir10_template() -> None:
 
 
 def test_a_virtual_card_no_template_cuts_is_refused() -> None:
-    odd = yaml.safe_load(PARTIAL_CARD)
-    for part in ("limits", "requests"):
-        odd["spec"]["containers"][0]["resources"][part][k.RESOURCE_HUAWEI_NPU_CORE] = "7"
-    outcome = replay_adapted(device(PARTITIONS), NODE, TEMPLATES, yaml.safe_dump(odd))
+    odd = pod_variant(PARTIAL_CARD, resources={k.RESOURCE_HUAWEI_NPU_CORE: "7"})
+    outcome = replay_adapted(device(PARTITIONS), NODE, TEMPLATES, odd)
     assert "no matched GPU shared resource template" in unschedulable(
         outcome, "test-ascend-partial-1"
     )
@@ -448,7 +442,7 @@ def test_four_full_cards_take_one_hccs_partition_each() -> None:
     assert partitions == [(0, 1, 2, 3), (4, 5, 6, 7)]
     for name in ("four-a", "four-b"):
         minors = ",".join(str(d["minor"]) for d in allocation(outcome, name)["gpu"])
-        assert pod_of(outcome, name).metadata.annotations[k.ANNOTATION_HUAWEI_NPU_CORE] == minors
+        assert outcome.pod(name).metadata.annotations[k.ANNOTATION_HUAWEI_NPU_CORE] == minors
     # Eight cards given out: the node's NPU cores are all requested.
     assert "Insufficient huawei.com/npu-core" in unschedulable(outcome, "four-c")
 
@@ -484,6 +478,6 @@ def test_with_single_card_partitions_the_full_card_example_gets_a_card() -> None
         k.RESOURCE_GPU_MEMORY: "64Gi",
         k.RESOURCE_GPU_MEMORY_RATIO: "100",
     }
-    annotations = pod_of(outcome, "test-ascend-full-1").metadata.annotations
+    annotations = outcome.pod("test-ascend-full-1").metadata.annotations
     assert annotations[k.ANNOTATION_HUAWEI_NPU_CORE] == str(card["minor"])
     assert annotations[k.ANNOTATION_GPU_MINORS] == str(card["minor"])

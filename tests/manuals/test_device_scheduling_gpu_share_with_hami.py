@@ -20,7 +20,6 @@ from tests.manuals.devices import (
     EPOCH_NS,
     allocation,
     check_devices,
-    pod_of,
     replay_adapted,
 )
 from tests.manuals.replay import node, replay
@@ -143,7 +142,7 @@ def test_the_device_is_a_valid_device_object(shared_dir: Path) -> None:
 
 def test_the_pod_gets_half_of_the_free_card_as_the_page_shows() -> None:
     outcome = replay(DEVICE, NODE, running_on_card_0(), POD)
-    pod = pod_of(outcome, "pod-example")
+    pod = outcome.pod("pod-example")
     assert pod.spec.node_name == "gpu-node"
     assert pod.status.phase == "Running"
     assert without_ids(allocation(outcome, "pod-example")) == PAGE_ALLOCATION
@@ -153,7 +152,7 @@ def test_the_pod_gets_half_of_the_free_card_as_the_page_shows() -> None:
 def test_a_node_without_hami_core_does_not_take_the_pod() -> None:
     """v1.8's mandatory check: a scheduling error, not a plain misfit."""
     outcome = replay(DEVICE, PLAIN_NODE, POD, max_time=timedelta(minutes=1))
-    assert not pod_of(outcome, "pod-example").spec.node_name
+    assert not outcome.pod("pod-example").spec.node_name
     messages = {(e.type, e.message) for e in outcome.events("FailedScheduling")}
     assert messages == {("Warning", "GPUIsolationProviderHAMICore not found on the node")}
 
@@ -167,7 +166,7 @@ def test_a_gpu_pod_without_isolation_still_goes_to_the_plain_node() -> None:
 
 def test_with_the_feature_gate_the_hami_node_label_is_written() -> None:
     outcome = replay_adapted(DEVICE, NODE, running_on_card_0(), POD)
-    pod = pod_of(outcome, "pod-example")
+    pod = outcome.pod("pod-example")
     assert pod.metadata.labels == {**HAMI, k.LABEL_HAMI_VGPU_NODE: "gpu-node"}
     assert pod.metadata.annotations[k.ANNOTATION_GPU_MINORS] == "1"
     assert pod.metadata.annotations[k.ANNOTATION_BIND_TIMESTAMP] == str(EPOCH_NS)
@@ -183,7 +182,7 @@ def test_two_halves_fill_a_card_and_a_third_share_takes_the_other() -> None:
     used = {0: 50, 1: 0}
     placed = 0
     for name in ("half-a", "half-b", "half-c"):
-        if pod_of(outcome, name).spec.node_name:
+        if outcome.pod(name).spec.node_name:
             placed += 1
             used[allocation(outcome, name)["gpu"][0]["minor"]] += 50
     assert placed == 3

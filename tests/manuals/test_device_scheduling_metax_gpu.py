@@ -16,14 +16,13 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from apis import constants as k
 from tests.manuals.devices import (
     EPOCH_NS,
     allocation,
     check_devices,
-    pod_of,
+    pod_variant,
     pods,
     replay_adapted,
     unschedulable,
@@ -129,14 +128,9 @@ SGPU = {
 
 def sgpu_pod(name: str, *, core: str = "10", memory: str = "1Gi", policy: str = "") -> str:
     """The page's pod with a name, a share of the card and (optionally) a QoS policy."""
-    doc = yaml.safe_load(POD)
-    doc["metadata"]["name"] = name
-    doc["metadata"]["annotations"] = {k.ANNOTATION_SGPU_QOS_POLICY: policy} if policy else {}
-    for part in ("limits", "requests"):
-        resources = doc["spec"]["containers"][0]["resources"][part]
-        resources.update({"cpu": "1", "memory": "1Gi"})
-        resources.update({k.RESOURCE_GPU_CORE: core, k.RESOURCE_GPU_MEMORY: memory})
-    return yaml.safe_dump(doc)
+    asked = {"cpu": "1", "memory": "1Gi", k.RESOURCE_GPU_CORE: core, k.RESOURCE_GPU_MEMORY: memory}
+    policies = {k.ANNOTATION_SGPU_QOS_POLICY: policy} if policy else {}
+    return pod_variant(POD, name, resources=asked, annotations=policies)
 
 
 def test_the_pages_device_is_a_valid_device_object(shared_dir: Path) -> None:
@@ -145,7 +139,7 @@ def test_the_pages_device_is_a_valid_device_object(shared_dir: Path) -> None:
 
 def test_the_sgpu_pod_gets_its_share_and_the_metax_annotation() -> None:
     outcome = replay_adapted(DEVICE, NODE, POD)
-    pod = pod_of(outcome, "test-metax-sgpu")
+    pod = outcome.pod("test-metax-sgpu")
     assert pod.spec.node_name == "sample-node1"
     assert pod.status.phase == "Running"
     assert allocation(outcome, "test-metax-sgpu") == {"gpu": [SGPU]}
@@ -161,7 +155,7 @@ def test_the_sgpu_pod_gets_its_share_and_the_metax_annotation() -> None:
 
 def test_without_the_feature_gate_only_the_allocation_is_written() -> None:
     outcome = replay(DEVICE, NODE, POD)
-    annotations = pod_of(outcome, "test-metax-sgpu").metadata.annotations
+    annotations = outcome.pod("test-metax-sgpu").metadata.annotations
     assert json.loads(annotations[k.ANNOTATION_DEVICE_ALLOCATED]) == {"gpu": [SGPU]}
     assert k.ANNOTATION_METAX_GPU_DEVICES_ALLOCATED not in annotations
     assert k.ANNOTATION_BIND_TIMESTAMP not in annotations

@@ -20,7 +20,7 @@ import yaml
 
 from apis import constants as k
 from apis.devicenames import DEPRECATED_DEVICE_NAMES
-from tests.manuals.devices import allocation, check_devices, pod_of, unschedulable
+from tests.manuals.devices import allocation, check_devices, unschedulable
 from tests.manuals.replay import node, replay
 
 UUID0 = "GPU-04cea5cd-966f-7116-1d58-1ac34421541b"
@@ -145,7 +145,7 @@ def test_the_pages_device_is_a_valid_device_object(shared_dir: Path) -> None:
 
 def test_the_quick_start_pod_gets_card_0_whole() -> None:
     outcome = replay(DEVICE, NODE, POD_EXAMPLE)
-    example = pod_of(outcome, "pod-example")
+    example = outcome.pod("pod-example")
     assert example.spec.node_name == "host04"
     assert example.status.phase == "Running"
     assert allocation(outcome, "pod-example") == {
@@ -164,10 +164,10 @@ def test_two_cards_take_two_whole_card_pods_and_no_third() -> None:
     minors = sorted(
         allocation(outcome, f"gpu-pod{i}")["gpu"][0]["minor"]
         for i in range(3)
-        if pod_of(outcome, f"gpu-pod{i}").spec.node_name
+        if outcome.pod(f"gpu-pod{i}").spec.node_name
     )
     assert minors == [0, 1]
-    [pending] = [i for i in range(3) if not pod_of(outcome, f"gpu-pod{i}").spec.node_name]
+    [pending] = [i for i in range(3) if not outcome.pod(f"gpu-pod{i}").spec.node_name]
     assert "Insufficient koordinator.sh/gpu" in unschedulable(outcome, f"gpu-pod{pending}")
 
 
@@ -228,7 +228,7 @@ def test_old_and_new_names_add_up_on_a_card() -> None:
         for i, s in enumerate(spellings)
     ]
     outcome = replay(DEVICE, NODE, *docs)
-    bound = [i for i in range(3) if pod_of(outcome, f"share{i}").spec.node_name]
+    bound = [i for i in range(3) if outcome.pod(f"share{i}").spec.node_name]
     assert len(bound) == 2
     minors = {allocation(outcome, f"share{i}")["gpu"][0]["minor"] for i in bound}
     assert minors == {0, 1}
@@ -246,7 +246,7 @@ def test_an_allocation_written_with_the_old_names_keeps_its_card() -> None:
     outcome = replay(
         DEVICE, NODE, yaml.safe_dump(running), pod("second", whole), pod("third", whole)
     )
-    assert pod_of(outcome, "pod-example").metadata.annotations == {
+    assert outcome.pod("pod-example").metadata.annotations == {
         k.ANNOTATION_DEVICE_ALLOCATED: PAGE_ALLOCATION
     }
     assert allocation(outcome, "second")["gpu"][0]["minor"] == 1
@@ -282,7 +282,7 @@ def test_invalid_requests_are_refused_naming_the_resource(
 ) -> None:
     outcome = replay(DEVICE, NODE, pod("invalid", {"cpu": "40m", **requests}), POD_EXAMPLE)
     assert reason in unschedulable(outcome, "invalid")
-    stored = pod_of(outcome, "invalid").spec.containers[0].resources.requests
+    stored = outcome.pod("invalid").spec.containers[0].resources.requests
     assert set(stored) == {"cpu", *requests}
     # Nothing else is disturbed.
     assert allocation(outcome, "pod-example")["gpu"][0]["minor"] == 0

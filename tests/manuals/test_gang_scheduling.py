@@ -13,8 +13,7 @@ from datetime import timedelta
 
 from apis.core import Pod
 from apis.gang import PodGroup
-from tests.manuals.replay import Outcome, node, replay
-from tests.manuals.stages import Stage, replay_in_stages
+from tests.manuals.replay import Cluster, Outcome, node, replay
 
 PODGROUP = """\
 apiVersion: scheduling.sigs.k8s.io/v1alpha1
@@ -93,8 +92,11 @@ def test_a_podgroup_gang_waits_for_its_second_pod_then_runs() -> None:
     assert placed(alone) == {"pod-example1": ("", "Pending")}
     assert status(alone)["phase"] == "Pending"
 
-    second = Stage(delay=46, documents=lambda store, now: [pod("pod-example2", LABELLED)])
-    outcome = replay_in_stages([NODE, PODGROUP, pod("pod-example1", LABELLED)], [second])
+    with Cluster(NODE, PODGROUP, pod("pod-example1", LABELLED)) as cluster:
+        cluster.run(timedelta(seconds=46))
+        cluster.apply(pod("pod-example2", LABELLED))
+        cluster.run(timedelta(hours=1))
+        outcome = cluster.outcome()
     assert placed(outcome) == {
         "pod-example1": ("node-0", "Running"),
         "pod-example2": ("node-0", "Running"),

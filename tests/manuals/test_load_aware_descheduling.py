@@ -26,7 +26,7 @@ from datetime import timedelta
 from apis import codec
 from apis.core import Pod
 from apis.scheduling import PodMigrationJob
-from tests.manuals.replay import Cluster, Outcome, dump, node
+from tests.manuals.replay import Cluster, Outcome, node, node_metric
 
 NODES = ("cn-beijing.10.0.3.110", "cn-beijing.10.0.3.111", "cn-beijing.10.0.3.112")
 
@@ -166,32 +166,18 @@ def reports(cluster: Cluster, system: dict[str, tuple[int, int]]) -> list[str]:
     docs = []
     for name, (cpu, memory) in system.items():
         here = pod is not None and pod.spec.node_name == name
-        pods = (
-            [
-                {
-                    "namespace": "default",
-                    "name": pod.metadata.name,
-                    "podUsage": {"resources": {"cpu": f"{STRESS[0]}m", "memory": f"{STRESS[1]}Mi"}},
-                }
-            ]
-            if pod is not None and here
-            else []
-        )
+        pods = {pod.metadata.name: (f"{STRESS[0]}m", f"{STRESS[1]}Mi")} if pod and here else {}
         used = (cpu + STRESS[0], memory + STRESS[1]) if here else (cpu, memory)
-        metric = {
-            "apiVersion": "slo.koordinator.sh/v1alpha1",
-            "kind": "NodeMetric",
-            "metadata": {"name": name},
-            "status": {
-                "updateTime": codec.to_builtins(cluster.now),
-                "nodeMetric": {
-                    "nodeUsage": {"resources": {"cpu": f"{used[0]}m", "memory": f"{used[1]}Mi"}},
-                    "systemUsage": {"resources": {"cpu": f"{cpu}m", "memory": f"{memory}Mi"}},
-                },
-                "podsMetric": pods,
-            },
-        }
-        docs.append(dump(metric))
+        docs.append(
+            node_metric(
+                name,
+                cpu=f"{used[0]}m",
+                memory=f"{used[1]}Mi",
+                updated=codec.to_builtins(cluster.now),
+                pods=pods,
+                system=(f"{cpu}m", f"{memory}Mi"),
+            )
+        )
     return docs
 
 

@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from apis import codec
-from apis.core import Pod
-from tests.manuals.replay import Cluster, Outcome, node, replay, scheduler_config
+from tests.manuals.replay import Cluster, Outcome, node, node_metric, replay, scheduler_config
 
 NODES = ("cn-beijing.10.0.3.110", "cn-beijing.10.0.3.111", "cn-beijing.10.0.3.112")
 #: The simulation starts here: the NodeMetrics are reported at that instant.
@@ -92,36 +91,16 @@ def metric(
     """``name``'s NodeMetric: usage ``cpu``/``memory`` now, the p99 over 5 minutes (the same
     figures unless given) and the usage of ``pods`` (name -> cpu, memory; namespace default;
     reported ``koord-prod``, as koordlet reports a pod without a priority class)."""
-    p99_cpu, p99_memory = p99 or (cpu, memory)
-    pods_metric = [
-        {
-            "namespace": "default",
-            "name": pod,
-            "podUsage": {"resources": {"cpu": pod_cpu, "memory": pod_memory}},
-            "priority": "koord-prod",
-        }
-        for pod, (pod_cpu, pod_memory) in (pods or {}).items()
-    ]
-    doc: dict[str, Any] = {
-        "apiVersion": "slo.koordinator.sh/v1alpha1",
-        "kind": "NodeMetric",
-        "metadata": {"name": name},
-        "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 60}},
-        "status": {
-            "updateTime": REPORTED,
-            "nodeMetric": {
-                "nodeUsage": {"resources": {"cpu": cpu, "memory": memory}},
-                "aggregatedNodeUsages": [
-                    {
-                        "duration": "5m0s",
-                        "usage": {"p99": {"resources": {"cpu": p99_cpu, "memory": p99_memory}}},
-                    }
-                ],
-            },
-            "podsMetric": pods_metric,
-        },
-    }
-    return codec.dump_yaml(doc)
+    return node_metric(
+        name,
+        cpu=cpu,
+        memory=memory,
+        updated=REPORTED,
+        pods=pods,
+        pod_priority="koord-prod",
+        p99=p99 or (cpu, memory),
+        report_interval=60,
+    )
 
 
 STRESS_DEMO = "stress-demo-7fdd89cc6b-gcnzn"
@@ -208,15 +187,13 @@ def cluster(*, busy_p99: tuple[str, str] | None = None) -> list[str]:
 def placement(outcome: Outcome, names: list[str]) -> Counter[str]:
     found = Counter[str]()
     for name in names:
-        pod = outcome.get("Pod", name, "default")
-        assert isinstance(pod, Pod)
+        pod = outcome.pod(name, "default")
         found[pod.spec.node_name] += 1
     return found
 
 
 def message(outcome: Outcome, name: str) -> str:
-    pod = outcome.get("Pod", name, "default")
-    assert isinstance(pod, Pod)
+    pod = outcome.pod(name, "default")
     return next((c.message for c in pod.status.conditions if c.type == "PodScheduled"), "")
 
 

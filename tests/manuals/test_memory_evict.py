@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
-
-from agent.qos.batch_resources import BatchResources
 from agent.qos.evictions import Evictions
 from apis import constants as k
-from apis.core import Pod
 from apis.slo import COLOCATION_EXTENSION
 from tests.agent.qos_fixtures_evict import GIB, FakeUsage, make_node, make_pod, snapshot
 from tests.controller.slo.slohelpers import agent_settings, slo_spec, valid_nodeslos
-from tests.manuals.replay import Outcome, node, replay
+from tests.manuals.colocation import admitted, batch_node, evicted_on_batch_account, replay_demo
+from tests.manuals.replay import Outcome
 
 USAGE = """
 # ConfigMap slo-controller-config example.
@@ -65,7 +62,21 @@ spec:
   priorityClassName: koord-batch
 """
 
-ALLOCATED_THRESHOLD = """\
+ALLOCATED = """
+# ConfigMap slo-controller-config example.
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: slo-controller-config
+  namespace: koordinator-system
+data:
+  # Provide batch account
+  colocation-config: |
+   {
+      "enable": true,
+      "batchCPUThresholdPercent": 100,
+      "batchMemoryThresholdPercent": 100
+    }
   # Enable eviction feature based on memory allocated
   resource-threshold-config: |
     {
@@ -78,63 +89,17 @@ ALLOCATED_THRESHOLD = """\
     }
 """
 
-
-def _allocated(batch_memory_percent: int) -> str:
-    return (
-        f"""
-# ConfigMap slo-controller-config example.
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: slo-controller-config
-  namespace: koordinator-system
-data:
-  # Provide batch account
-  colocation-config: |
-   {{
-      "enable": true,
-      "batchCPUThresholdPercent": 100,
-      "batchMemoryThresholdPercent": {batch_memory_percent}
-    }}
-"""
-        + ALLOCATED_THRESHOLD
-    )
-
-
-#: What Koordinator's chart installs.
-KOORD_BATCH = """
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata:
-  name: koord-batch
-value: 5000
-"""
+#: The page's next step: the batch memory account patched to zero, the thresholds kept.
+ALLOCATED_ZERO = ALLOCATED.replace(
+    '"batchMemoryThresholdPercent": 100', '"batchMemoryThresholdPercent": 0'
+)
 
 MEMORY = 64 * GIB
-NODE = node(
-    "node-1",
-    cpu="16",
-    memory="64Gi",
-    extra={"kubernetes.io/batch-cpu": "16k", "kubernetes.io/batch-memory": "32Gi"},
-)
+NODE = batch_node()
 
 
 def _cluster(configmap: str) -> Outcome:
-    out = replay(configmap, KOORD_BATCH, NODE, BE_POD_DEMO)
-    assert list(out.events("SLOCfgUnmarshalFailed")) == []
-    assert list(out.events("SLOCfgInvalid")) == []
-    pod = out.get("Pod", "be-pod-demo")
-    assert isinstance(pod, Pod)
-    assert (pod.status.phase, pod.spec.node_name) == ("Running", "node-1")
-    return out
-
-
-def _demo(out: Outcome) -> Pod:
-    """The demo pod as the node sees it (priority from its PriorityClass, as the API server's
-    Priority admission sets it)."""
-    pod = out.get("Pod", "be-pod-demo")
-    assert isinstance(pod, Pod)
-    return msgspec.structs.replace(pod, spec=msgspec.structs.replace(pod.spec, priority=5000))
+    return replay_demo(configmap, NODE, BE_POD_DEMO)
 
 
 def test_usage_configmap_evicts_the_demo_pod_over_70_percent_memory(shared_dir: Path) -> None:
@@ -144,7 +109,7 @@ def test_usage_configmap_evicts_the_demo_pod_over_70_percent_memory(shared_dir: 
     assert threshold is not None
     assert (threshold.enable, threshold.memory_evict_threshold_percent) == (True, 70)
     assert valid_nodeslos(shared_dir, out) == 1
-    pod = _demo(out)
+    pod = admitted(out)
     qos = agent_settings(spec, "BEMemoryEvict")
     assert qos.evict.memory_lower == 68  # the default: threshold - 2
     node_obj = make_node(cpu=16_000, memory=MEMORY)
@@ -159,7 +124,7 @@ def test_usage_configmap_evicts_the_demo_pod_over_70_percent_memory(shared_dir: 
 
 
 def test_allocated_configmap_then_a_zero_batch_memory_account_evicts_batch_pods() -> None:
-    first = _cluster(_allocated(100))
+    first = _cluster(ALLOCATED)
     spec = slo_spec(first, "node-1")
     threshold = spec.resource_used_threshold_with_be
     assert threshold is not None
@@ -185,20 +150,12 @@ def test_allocated_configmap_then_a_zero_batch_memory_account_evicts_batch_pods(
 
     def evicted_under(out: Outcome) -> list[str]:
         qos = agent_settings(slo_spec(out, "node-1"), "MemoryAllocatableEvict")
-        plain = make_node(cpu=16_000, memory=MEMORY)
-        resources = BatchResources().plan(snapshot(plain, batch, usage, qos)).node_resources
-        assert resources is not None
-        allocatable = {
-            k.RESOURCE_CPU: 16_000,
-            k.RESOURCE_MEMORY: MEMORY,
-            k.RESOURCE_BATCH_MEMORY: resources.get_amount(k.RESOURCE_BATCH_MEMORY),
-        }
-        node_obj = make_node(cpu=16_000, memory=MEMORY, allocatable=allocatable)
-        outcome = Evictions().plan(snapshot(node_obj, batch, usage, qos))
-        return sorted(f"{e.pod.metadata.name}:{e.reason}" for e in outcome.evictions)
+        return evicted_on_batch_account(
+            qos, batch, usage, cpu=16_000, memory=MEMORY, resource=k.RESOURCE_BATCH_MEMORY
+        )
 
     assert evicted_under(first) == []
-    zeroed = _cluster(_allocated(0))
+    zeroed = _cluster(ALLOCATED_ZERO)
     slo = slo_spec(zeroed, "node-1")
     assert slo.extensions is not None
     assert slo.extensions[COLOCATION_EXTENSION]["batchMemoryThresholdPercent"] == 0

@@ -131,6 +131,16 @@ def migration(manifest: str, pod: Pod) -> str:
     return manifest.replace(PAGE_POD, pod.metadata.name)
 
 
+def migrated(manifest: str) -> tuple[Outcome, Pod]:
+    """Steps 1 to 3: pod-demo's pod running, the PodMigrationJob ``manifest`` for it applied
+    and run to its end; the objects then, and the pod it migrated."""
+    cluster, old = started()
+    with cluster:
+        cluster.apply(migration(manifest, old))
+        cluster.run(UNTIL)
+        return cluster.outcome(), old
+
+
 def _recorded(event: Event) -> tuple[datetime, str, int]:
     """When an Event was first recorded: its time, then the order of its name
     (``<object>.<time>`` and ``-<n>`` for the n-th more at that time)."""
@@ -162,11 +172,7 @@ def test_quick_start_migrates_the_pod_into_a_reservation_on_another_node(
     other node, ``koordpy get pmj`` shows the page's columns (NEWPOD the new pod) and ``koordpy
     describe pmj`` the page's Events (v1.8's Evicting message); what is written is what
     Koordinator's CRD accepts."""
-    cluster, old = started()
-    with cluster:
-        cluster.apply(migration(QUICK_START, old))
-        cluster.run(UNTIL)
-        outcome = cluster.outcome()
+    outcome, old = migrated(QUICK_START)
     job = _job(outcome)
     [reservation] = outcome.all("Reservation")
     assert isinstance(reservation, Reservation)
@@ -298,11 +304,7 @@ def test_a_job_set_to_failed_is_terminated_and_a_paused_one_expires() -> None:
 
 def test_evict_directly_evicts_without_a_reservation() -> None:
     """ "Just want to evict Pods": ``mode: EvictDirectly``; the ReplicaSet makes a new pod."""
-    cluster, old = started()
-    with cluster:
-        cluster.apply(migration(EVICT_DIRECTLY, old))
-        cluster.run(UNTIL)
-        outcome = cluster.outcome()
+    outcome, old = migrated(EVICT_DIRECTLY)
     job = _job(outcome)
     assert (job.status.phase, job.status.status) == ("Succeeded", "Complete")
     assert job.status.message == f'Pod "default/{old.metadata.name}" has been evicted'
