@@ -39,8 +39,7 @@ from apis.quota import ElasticQuota
 from controller import simulate as sim
 from controller.errors import Invalid, StoreError
 from controller.store import Store
-from tests.manuals.replay import Outcome, node, replay
-from tests.manuals.stages import Stage, replay_in_stages, running_pod
+from tests.manuals.replay import Cluster, Outcome, node, replay
 
 QUOTA_BY_LABEL = """
 apiVersion: scheduling.sigs.k8s.io/v1alpha1
@@ -586,14 +585,16 @@ def lender_comes_back(config: str | None) -> Outcome:
     if config is not None:
         first.append(config)
     lender = [quota_pod("lender-1", "lender"), quota_pod("lender-2", "lender")]
-    stage = Stage(
-        documents=lambda store, now: lender,
-        when=lambda store, now: all(
-            running_pod(store, name) is not None
-            for name in ("pinned", "important", "batch-1", "batch-2")
-        ),
-    )
-    return replay_in_stages(first, [stage], max_time=timedelta(hours=2))
+    with Cluster(*first) as cluster:
+        cluster.run_until(
+            lambda out: all(
+                phase(out, name) == "Running"
+                for name in ("pinned", "important", "batch-1", "batch-2")
+            )
+        )
+        cluster.apply(*lender)
+        cluster.run(timedelta(hours=2))
+        return cluster.outcome()
 
 
 def phase(out: Outcome, name: str) -> str:
