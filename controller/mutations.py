@@ -239,7 +239,8 @@ def _keep_queue_release(
     stored: Object, incoming: Object, fields: dict[str, Any], annotations: dict[str, str]
 ) -> dict[str, str]:
     """A job the queue released stays released when its manifest (``suspend: true``, as it
-    was submitted) is applied again: the queue owns the suspension from then on, as the
+    was submitted) is applied again (a batch Job: one the queue marked
+    ``koord-queue/job-has-enqueued``): the queue owns the suspension from then on, as the
     Kubernetes job controllers own a resumed Job's ``suspend`` under Kueue. (Deactivate a job
     with the ``scheduling.x-k8s.io/active: "false"`` annotation instead.) The annotations to
     write are returned."""
@@ -249,7 +250,11 @@ def _keep_queue_release(
         return annotations
     key = constants.ANNOTATION_QUEUE_SUSPEND
     if isinstance(stored, Job) and isinstance(new_spec, JobSpec):
-        if stored.spec.suspend is False and stored.status.start_time and new_spec.suspend:
+        # Only a Job the queue held and released (it marks the Jobs it enqueues); a Job that
+        # ran without the queue is suspended by applying ``suspend: true``.
+        queued = constants.ANNOTATION_JOB_HAS_ENQUEUED in stored.metadata.annotations
+        started = stored.spec.suspend is False and stored.status.start_time is not None
+        if queued and started and new_spec.suspend:
             fields["spec"] = replace(new_spec, suspend=False)
         return annotations
     released = stored.metadata.annotations.get(key) == "false" and (

@@ -34,7 +34,9 @@ controller too, since ``koordpy up``/``simulate`` have no Kubernetes):
    ``status.podState``. The unit becomes ``Running`` as soon as one of its pods is bound and
    in phase Running.
 5. **Finish.** When the job's status says it ended: phase ``Succeed``/``Failed`` and
-   ``admissions`` emptied (the quota is released), unfinished pods deleted.
+   ``admissions`` emptied (the quota is released), unfinished pods deleted. A batch Job's
+   pods, suspensions and end are recorded as Events the way Kubernetes' Job controller
+   records them (:func:`batch_job_events`).
 6. **Evicted.** A unit back in ``Enqueued``/``TimeoutBackoff``/``SchedFailed`` (or the legacy
    ``Preempted``, which is then set ``Enqueued``) suspends a running job and deletes its
    unfinished pods. ``runningTimeout`` (per extension, 0 = off): a ``Dequeued`` unit whose job
@@ -66,7 +68,7 @@ import msgspec
 from apis import constants as k
 from apis import qos
 from apis.core import Job, Pod, PodStatus, PriorityClass
-from apis.meta import Object, ObjectMeta, ObjectReference, OwnerReference
+from apis.meta import Condition, Object, ObjectMeta, ObjectReference, OwnerReference
 from apis.queueing import (
     Admission,
     PodSet,
@@ -77,6 +79,7 @@ from apis.queueing import (
     QueueUnitStatus,
 )
 from controller.errors import NotFound, StoreError
+from controller.events import NORMAL, WARNING, EventRecorder
 from controller.queueing import phases
 from controller.queueing.admissionchecks import next_requeue_state
 from controller.queueing.jobs import EXTENSIONS, JobAdapter
@@ -98,6 +101,7 @@ __all__ = [
     "RUN_PHASES",
     "JobController",
     "JobPlan",
+    "batch_job_events",
     "batch_job_labels",
     "gate_pods",
     "held_by_queue",
@@ -117,6 +121,8 @@ RUN_PHASES: Final = frozenset({phases.DEQUEUED, phases.SCHED_SUCCEED, phases.RUN
 HELD_PHASES: Final = frozenset(
     {phases.ENQUEUED, "", phases.TIMEOUT_BACKOFF, phases.SCHED_FAILED, phases.PREEMPTED}
 )
+#: The ``source.component`` of the Events about the batch Jobs this loop runs.
+JOB_CONTROLLER: Final = "job-controller"
 MSG_ENQUEUED: Final = "Enqueued"
 MSG_RUNNING: Final = "Job is running"
 MSG_SUCCEEDED: Final = "Job succeeded"
@@ -435,6 +441,8 @@ class JobPlan:
     delete_pods: list[Pod] = field(default_factory=list)
     #: When the job wants to be looked at again (a timeout).
     wake_at: datetime | None = None
+    #: ``(object, type, reason, message)`` Events to record once the writes went through.
+    events: list[tuple[Object, str, str, str]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -686,7 +694,46 @@ def _finish(
         plan.job = current
     if new != unit:
         plan.unit = new
+    plan.events.extend(batch_job_events(job, plan))
     return plan
+
+
+def _true(job: Job, type_: str) -> Condition | None:
+    return next((c for c in job.status.conditions if c.type == type_ and c.status == "True"), None)
+
+
+def batch_job_events(job: Object, plan: JobPlan) -> list[tuple[Object, str, str, str]]:
+    """The Events Kubernetes' Job controller records about a batch/v1 Job the queue runs, for
+    the writes of ``plan`` (none for other kinds): ``SuccessfulCreate`` "Created pod: <name>",
+    ``SuccessfulDelete`` "Deleted pod: <name>", ``Suspended``/``Resumed`` when the
+    ``Suspended`` condition flips, and when the Job ends ``Completed`` "Job completed" or a
+    Warning with the failure's reason and message; as the standalone Job controller records
+    them (:mod:`controller.workloads.job`)."""
+    if not isinstance(job, Job):
+        return []
+    events: list[tuple[Object, str, str, str]] = [
+        (job, NORMAL, "SuccessfulCreate", f"Created pod: {p.metadata.name}")
+        for p in plan.create_pods
+    ]
+    events.extend(
+        (job, NORMAL, "SuccessfulDelete", f"Deleted pod: {p.metadata.name}")
+        for p in plan.delete_pods
+    )
+    after = plan.job
+    if not isinstance(after, Job):
+        return events
+    before = _true(job, "Suspended") is not None
+    suspended = _true(after, "Suspended") is not None
+    if suspended and not before:
+        events.append((after, NORMAL, "Suspended", "Job suspended"))
+    elif before and not suspended:
+        events.append((after, NORMAL, "Resumed", "Job resumed"))
+    if _true(job, "Complete") is None and _true(after, "Complete") is not None:
+        events.append((after, NORMAL, "Completed", "Job completed"))
+    failed = _true(after, "Failed")
+    if _true(job, "Failed") is None and failed is not None:
+        events.append((after, WARNING, failed.reason, failed.message))
+    return events
 
 
 # --- the loop -------------------------------------------------------------------------------------
@@ -718,6 +765,7 @@ class JobController:
                 )
             self._args[name] = value
         self._store: Store | None = None
+        self._recorder: EventRecorder | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -836,6 +884,7 @@ class JobController:
         store = ctx.store
         if store is not self._store:
             self._store = store
+            self._recorder = EventRecorder(store, component=JOB_CONTROLLER, clock=ctx.now)
             self._reset()
         now = ctx.now()
         snapshot = store.snapshot()
@@ -935,6 +984,12 @@ class JobController:
                 except StoreError as err:
                     log.warning("job %s/%s: delete failed: %s", key[1], key[2], err)
                     failed.add(key)
+        events = [e for key, plan in plans if key not in failed for e in plan.events]
+        if events and self._recorder is not None:
+            try:
+                self._recorder.record_many(events)
+            except StoreError as err:  # an Event lost is no reason to stop the loop
+                log.warning("jobs: recording %d events failed: %s", len(events), err)
         for key in failed:
             # Look again soon: forget the job so the next pass treats it as changed.
             self._jobs.pop(key, None)

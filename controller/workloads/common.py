@@ -2,10 +2,18 @@
 the scale-down ranking, pods made from a template, and the thin loop that runs a plan function.
 
 A controller is a pure function ``plan(owner, inputs, now) -> Plan`` (the objects to create,
-update and delete, and when to look again) and a :class:`WorkloadLoop` subclass naming the kinds
-it reads. The loop runs every owner of its kind again whenever one of those kinds changed (the
-views are compared by identity) or a wanted time is due, and writes the plans: creations one by
-one (``generateName`` needs the store to draw the name), updates in one batch, deletions last.
+update and delete, the Events to record, and when to look again) and a :class:`WorkloadLoop`
+subclass naming the kinds it reads. The loop runs every owner of its kind again whenever one of
+those kinds changed (the views are compared by identity) or a wanted time is due, and writes the
+plans: creations one by one (``generateName`` needs the store to draw the name), updates in one
+batch, deletions last.
+
+Events (as Kubernetes' controllers record them, about the owner): every pod the loop creates or
+deletes gets ``SuccessfulCreate`` "Created pod: <name>" / ``SuccessfulDelete`` "Deleted pod:
+<name>", or on failure the Warnings ``FailedCreate`` "Error creating: <error>" /
+``FailedDelete`` "Error deleting: <error>" (a subclass may word them otherwise:
+:meth:`WorkloadLoop.pod_event`); a plan's own :attr:`Plan.events` are recorded once its writes
+went through. Repeats bump the count of the Event recorded before.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from apis.codec import to_builtins
 from apis.core import Pod, PodStatus, PodTemplateSpec
 from apis.meta import LabelSelector, Object, ObjectMeta, OwnerReference
 from controller.errors import NotFound, StoreError
+from controller.events import NORMAL, WARNING, EventRecorder
 from controller.snapshots import Snapshot
 from controller.store import Store
 
@@ -34,6 +43,7 @@ __all__ = [
     "ANNOTATION_DELETION_COST",
     "LABEL_CONTROLLER_REVISION_HASH",
     "LABEL_POD_TEMPLATE_HASH",
+    "Note",
     "Plan",
     "WorkloadLoop",
     "active",
@@ -232,6 +242,16 @@ def pod_from_template(
 # --- the loop --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Note:
+    """An Event a plan asks for: ``reason`` and ``message`` about ``about`` (its owner)."""
+
+    about: Object
+    reason: str
+    message: str
+    type: str = NORMAL
+
+
 @dataclass(slots=True)
 class Plan:
     """The writes one owner needs (all empty: nothing to do)."""
@@ -239,6 +259,8 @@ class Plan:
     create: list[Object] = field(default_factory=list)
     update: list[Object] = field(default_factory=list)
     delete: list[Object] = field(default_factory=list)
+    #: Events to record once the writes above went through.
+    events: list[Note] = field(default_factory=list)
     #: When the owner wants to be looked at again (a pod becoming available).
     wake_at: datetime | None = None
 
@@ -256,6 +278,8 @@ class WorkloadLoop:
     """Runs ``plan`` for every object of ``owner_type``; subclasses name what they read."""
 
     name: str
+    #: The ``source.component`` of the Events the loop records.
+    component: ClassVar[str]
     owner_type: ClassVar[type[Object]]
     #: The other kinds whose changes make a pass look at every owner again.
     inputs: ClassVar[tuple[type[Object], ...]] = (Pod,)
@@ -264,6 +288,19 @@ class WorkloadLoop:
         self._store: Store | None = None
         self._views: tuple[tuple[Object, ...], ...] | None = None
         self._wake: datetime | None = None
+        self._recorder: EventRecorder | None = None
+
+    def pod_event(self, owner: Object, pod: Object, verb: str, error: str = "") -> Note | None:
+        """The Event about ``owner`` after it created (``verb`` "create") or deleted
+        (``verb`` "delete") ``pod``, ``error`` saying why that failed; None: none. Kubernetes'
+        pod control words them; only pods get one."""
+        if not isinstance(pod, Pod):
+            return None
+        if error:
+            noun = "creating" if verb == "create" else "deleting"
+            return Note(owner, f"Failed{verb.title()}", f"Error {noun}: {error}", WARNING)
+        done = "Created" if verb == "create" else "Deleted"
+        return Note(owner, f"Successful{verb.title()}", f"{done} pod: {pod.metadata.name}")
 
     def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
         raise NotImplementedError
@@ -274,6 +311,7 @@ class WorkloadLoop:
             self._store = store
             self._views = None
             self._wake = None
+            self._recorder = EventRecorder(store, component=self.component, clock=ctx.now)
         now = ctx.now()
         snapshot = store.snapshot()
         registry = store.registry
@@ -289,12 +327,12 @@ class WorkloadLoop:
             return self._wait(now)
         self._views = views
         self._wake = None
-        plans: list[Plan] = []
+        plans: list[tuple[Object | None, Plan]] = []
         for owner in views[0]:
             if owner.metadata.deletion_timestamp is not None:
                 continue
             plan = self.plan(owner, snapshot, store, now)
-            plans.append(plan)
+            plans.append((owner, plan))
             if plan.wake_at is not None and (self._wake is None or plan.wake_at < self._wake):
                 self._wake = plan.wake_at
         if not self._write(store, plans):
@@ -308,30 +346,62 @@ class WorkloadLoop:
             return None
         return max(0.0, (self._wake - now).total_seconds())
 
-    def _write(self, store: Store, plans: Sequence[Plan]) -> bool:
-        """Every plan's writes; False when one failed (the owners are looked at again)."""
-        ok = True
-        for plan in plans:
+    def _write(self, store: Store, plans: Sequence[tuple[Object | None, Plan]]) -> bool:
+        """Every plan's writes and Events (a plan without an owner records none); False when
+        a write failed (the owners are looked at again)."""
+        failed: set[int] = set()
+        notes: list[Note] = []
+
+        def note(number: int, owner: Object | None, obj: Object, verb: str, error: str) -> None:
+            if error:
+                failed.add(number)
+            found = self.pod_event(owner, obj, verb, error) if owner is not None else None
+            if found is not None:
+                notes.append(found)
+
+        for number, (owner, plan) in enumerate(plans):
             for obj in plan.create:
                 try:
-                    store.create(obj)
+                    stored = store.create(obj)
                 except StoreError as err:
                     log.warning("%s: create %s failed: %s", self.name, _describe(obj), err)
-                    ok = False
-        updates = [obj for plan in plans for obj in plan.update]
+                    note(number, owner, obj, "create", str(err))
+                else:
+                    note(number, owner, stored, "create", "")
+        updates = [(number, obj) for number, (_, plan) in enumerate(plans) for obj in plan.update]
         if updates:
-            for obj, result in zip(updates, store.update_many(updates), strict=True):
+            results = store.update_many([obj for _, obj in updates])
+            for (number, obj), result in zip(updates, results, strict=True):
                 if isinstance(result, StoreError):
                     log.warning("%s: update %s failed: %s", self.name, _describe(obj), result)
-                    ok = False
-        for plan in plans:
+                    failed.add(number)
+        for number, (owner, plan) in enumerate(plans):
             for obj in plan.delete:
-                ok = delete(store, obj, self.name) and ok
-        return ok
+                error = delete_error(store, obj, self.name)
+                if not isinstance(error, NotFound):  # one already gone gets no Event
+                    note(number, owner, obj, "delete", "" if error is None else str(error))
+            if number not in failed:
+                notes.extend(plan.events)
+        self._record(notes)
+        return not failed
+
+    def _record(self, notes: Sequence[Note]) -> None:
+        if not notes or self._recorder is None:
+            return
+        try:
+            self._recorder.record_many((n.about, n.type, n.reason, n.message) for n in notes)
+        except StoreError as err:  # an Event lost is no reason to stop the controller
+            log.warning("%s: recording %d events failed: %s", self.name, len(notes), err)
 
 
 def delete(store: Store, obj: Object, loop: str) -> bool:
     """Delete ``obj`` (already gone is fine); False when the store refused."""
+    error = delete_error(store, obj, loop)
+    return error is None or isinstance(error, NotFound)
+
+
+def delete_error(store: Store, obj: Object, loop: str) -> StoreError | None:
+    """Delete ``obj``; the store's error (:class:`NotFound`: it was gone already), if any."""
     try:
         store.delete(
             store.registry.for_object(obj),
@@ -339,12 +409,12 @@ def delete(store: Store, obj: Object, loop: str) -> bool:
             obj.metadata.namespace,
             resource_version=obj.metadata.resource_version,
         )
-    except NotFound:
-        return True
+    except NotFound as err:
+        return err
     except StoreError as err:
         log.warning("%s: delete %s failed: %s", loop, _describe(obj), err)
-        return False
-    return True
+        return err
+    return None
 
 
 def _describe(obj: Object) -> str:

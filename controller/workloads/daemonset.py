@@ -15,6 +15,8 @@
   as many as keep at most ``maxUnavailable`` nodes without an available pod (``maxSurge`` is
   not honoured: a node's new pod comes once its old one is gone). ``OnDelete``: pods change
   only when deleted.
+* Events: ``SuccessfulCreate`` "Created pod: <name>", ``SuccessfulDelete`` "Deleted pod:
+  <name>", ``FailedCreate``/``FailedDelete`` (:class:`~controller.workloads.common.WorkloadLoop`).
 * Status: ``desiredNumberScheduled``, ``currentNumberScheduled``, ``numberMisscheduled``,
   ``numberReady``, ``numberAvailable``, ``numberUnavailable``, ``updatedNumberScheduled``,
   ``observedGeneration``.
@@ -258,6 +260,7 @@ class DaemonSetController(WorkloadLoop):
     """A :class:`~controller.loops.ControlLoop`; see the module docstring."""
 
     name = "daemonsets"
+    component = "daemonset-controller"
     owner_type: ClassVar[type[Object]] = DaemonSet
     inputs: ClassVar[tuple[type[Object], ...]] = (Pod, Node)
 

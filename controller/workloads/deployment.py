@@ -14,6 +14,9 @@
 * Going back to an older template reuses its ReplicaSet, which takes the newest revision.
 * A paused Deployment only reports. Old ReplicaSets scaled to 0 beyond
   ``revisionHistoryLimit`` (10) are deleted, oldest revision first.
+* Events (about the Deployment): ``ScalingReplicaSet`` "Scaled up replica set <rs> from 0 to
+  <n>" for a new ReplicaSet, "Scaled up|down replica set <rs> from <a> to <b>" for each change of
+  a ReplicaSet's ``spec.replicas``.
 * Status: ``replicas``, ``updatedReplicas``, ``readyReplicas``, ``availableReplicas``,
   ``unavailableReplicas`` (from the ReplicaSets' status), ``observedGeneration``, conditions
   ``Available`` and ``Progressing``.
@@ -40,6 +43,7 @@ from controller.snapshots import Snapshot
 from controller.store import Store
 from controller.workloads.common import (
     LABEL_POD_TEMPLATE_HASH,
+    Note,
     Plan,
     WorkloadLoop,
     owner_reference,
@@ -55,6 +59,7 @@ ANNOTATION_REVISION: Final = "deployment.kubernetes.io/revision"
 ANNOTATION_DESIRED_REPLICAS: Final = "deployment.kubernetes.io/desired-replicas"
 ANNOTATION_MAX_REPLICAS: Final = "deployment.kubernetes.io/max-replicas"
 DEFAULT_HISTORY: Final = 10
+REASON_SCALING: Final = "ScalingReplicaSet"
 
 
 def replica_sets_by_owner(objects: tuple[Object, ...]) -> Mapping[str, tuple[ReplicaSet, ...]]:
@@ -233,6 +238,12 @@ def _status(
     )
 
 
+def _scaled(deploy: Deployment, name: str, before: int, after: int) -> Note:
+    """The ``ScalingReplicaSet`` Event of one scaling (Kubernetes v1.35's words)."""
+    way = "up" if after > before else "down"
+    return Note(deploy, REASON_SCALING, f"Scaled {way} replica set {name} from {before} to {after}")
+
+
 def plan_deployment(deploy: Deployment, sets: Sequence[ReplicaSet], now: datetime) -> Plan:
     """What ``deploy`` needs given the ReplicaSets it controls (pure; the module docstring)."""
     plan = Plan()
@@ -268,11 +279,15 @@ def plan_deployment(deploy: Deployment, sets: Sequence[ReplicaSet], now: datetim
             want_new = scaled.pop(new.metadata.name, want_new)
     newest = max((_revision(rs) for rs in olds), default=0)
     if new is None:
-        plan.create.append(_new_replica_set(deploy, digest, want_new, newest + 1))
+        created = _new_replica_set(deploy, digest, want_new, newest + 1)
+        plan.create.append(created)
+        if want_new > 0:
+            plan.events.append(_scaled(deploy, created.metadata.name, 0, want_new))
     else:
         current = new
         if want_new != _spec_replicas(new):
             current = replace(current, spec=replace(current.spec, replicas=want_new))
+            plan.events.append(_scaled(deploy, new.metadata.name, _spec_replicas(new), want_new))
         if _revision(new) <= newest:  # an older template again (a rollback): the newest revision
             annotations = {**new.metadata.annotations, ANNOTATION_REVISION: str(newest + 1)}
             current = replace(current, metadata=replace(current.metadata, annotations=annotations))
@@ -282,6 +297,9 @@ def plan_deployment(deploy: Deployment, sets: Sequence[ReplicaSet], now: datetim
         if rs.metadata.name in scaled:
             plan.update.append(
                 replace(rs, spec=replace(rs.spec, replicas=scaled[rs.metadata.name]))
+            )
+            plan.events.append(
+                _scaled(deploy, rs.metadata.name, _spec_replicas(rs), scaled[rs.metadata.name])
             )
     limit = (
         DEFAULT_HISTORY
@@ -305,6 +323,7 @@ class DeploymentController(WorkloadLoop):
     """A :class:`~controller.loops.ControlLoop`; see the module docstring."""
 
     name = "deployments"
+    component = "deployment-controller"
     owner_type: ClassVar[type[Object]] = Deployment
     inputs: ClassVar[tuple[type[Object], ...]] = (ReplicaSet,)
 

@@ -33,6 +33,10 @@ stays here.
   false sets it ``False`` (``JobResumed``) and restarts the deadline (``startTime`` now).
 * **Status**: ``active``, ``ready``, ``terminating``, ``succeeded``, ``failed``,
   ``startTime`` (first sync while not suspended).
+* **Events** (about the Job): ``SuccessfulCreate`` "Created pod: <name>" and
+  ``SuccessfulDelete`` "Deleted pod: <name>" (``FailedCreate``/``FailedDelete`` on failure),
+  ``Suspended``/``Resumed``, and when it ends ``Completed`` "Job completed" or a Warning with
+  the failure's reason and message (``BackoffLimitExceeded``, ``DeadlineExceeded``).
 * **TTL.** A finished Job with ``ttlSecondsAfterFinished`` is deleted with its pods that long
   after its ``Complete``/``Failed`` condition. A deleted Job's pods are deleted after it (the
   garbage collector's part; pods of Jobs this loop never saw are left alone).
@@ -53,6 +57,7 @@ import msgspec
 from apis.core import Container, EnvVar, Job, JobStatus, Pod
 from apis.meta import Condition, Object
 from apis.queueing import QueueUnit
+from controller.events import WARNING
 from controller.queueing.jobcontroller import (
     LABEL_BATCH_COMPLETION_INDEX,
     batch_job_labels,
@@ -61,12 +66,27 @@ from controller.queueing.jobcontroller import (
 from controller.snapshots import Snapshot
 from controller.store import Store
 from controller.workloads.common import (
+    Note,
     Plan,
     WorkloadLoop,
     deletion_order,
     is_ready,
     pod_from_template,
     pods_by_owner,
+)
+from controller.workloads.jobconditions import (
+    COMPLETE,
+    FAILED,
+    FAILURE_TARGET,
+    MSG_BACKOFF,
+    MSG_DEADLINE,
+    REASON_BACKOFF,
+    REASON_DEADLINE,
+    SUCCESS_CRITERIA_MET,
+    condition,
+    final,
+    new_condition,
+    success_target,
 )
 
 if TYPE_CHECKING:
@@ -96,17 +116,7 @@ ENV_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"
 #: The ``spec.managedBy`` of Jobs Kubernetes' own Job controller runs.
 MANAGED_BY_JOB_CONTROLLER: Final = "kubernetes.io/job-controller"
 
-COMPLETE: Final = "Complete"
-FAILED: Final = "Failed"
-FAILURE_TARGET: Final = "FailureTarget"
-SUCCESS_CRITERIA_MET: Final = "SuccessCriteriaMet"
 SUSPENDED: Final = "Suspended"
-REASON_BACKOFF: Final = "BackoffLimitExceeded"
-MSG_BACKOFF: Final = "Job has reached the specified backoff limit"
-REASON_DEADLINE: Final = "DeadlineExceeded"
-MSG_DEADLINE: Final = "Job was active longer than specified deadline"
-REASON_COMPLETIONS: Final = "CompletionsReached"
-MSG_COMPLETIONS: Final = "Reached expected number of succeeded pods"
 
 
 # --- indexes ---------------------------------------------------------------------------------
@@ -139,24 +149,9 @@ def format_indexes(indexes: Iterable[int]) -> str:
 # --- pieces ----------------------------------------------------------------------------------
 
 
-def _condition(conditions: Sequence[Condition], type_: str) -> Condition | None:
-    return next((c for c in conditions if c.type == type_ and c.status == "True"), None)
-
-
 def _finished(job: Job) -> Condition | None:
     conditions = job.status.conditions
-    return _condition(conditions, COMPLETE) or _condition(conditions, FAILED)
-
-
-def _new_condition(type_: str, reason: str, message: str, now: datetime) -> Condition:
-    return Condition(
-        type=type_,
-        status="True",
-        reason=reason,
-        message=message,
-        last_probe_time=now,
-        last_transition_time=now,
-    )
+    return condition(conditions, COMPLETE) or condition(conditions, FAILED)
 
 
 def _set_suspended(
@@ -171,7 +166,7 @@ def _set_suspended(
     reason, message = (
         ("JobSuspended", "Job suspended") if suspended else ("JobResumed", "Job resumed")
     )
-    new = replace(_new_condition(SUSPENDED, reason, message, now), status=status)
+    new = replace(new_condition(SUSPENDED, reason, message, now), status=status)
     if before is None:
         return (*conditions, new), True
     return tuple(new if c.type == SUSPENDED else c for c in conditions), True
@@ -439,29 +434,35 @@ def plan_batch_job(
     if start is None and not suspended:
         start = now
 
-    target = _condition(conditions, FAILURE_TARGET) or _condition(conditions, SUCCESS_CRITERIA_MET)
+    target = condition(conditions, FAILURE_TARGET) or condition(conditions, SUCCESS_CRITERIA_MET)
     if target is None:
         conditions, changed = _set_suspended(conditions, suspended, now)
+        if changed:
+            plan.events.append(
+                Note(job, "Suspended", "Job suspended")
+                if suspended
+                else Note(job, "Resumed", "Job resumed")
+            )
         if changed and not suspended:
             start = now  # resumed: the deadline counts from here
     if target is None:
         limit = DEFAULT_BACKOFF_LIMIT if spec.backoff_limit is None else spec.backoff_limit
         deadline = spec.active_deadline_seconds
         if total_failed > limit:
-            target = _new_condition(FAILURE_TARGET, REASON_BACKOFF, MSG_BACKOFF, now)
+            target = new_condition(FAILURE_TARGET, REASON_BACKOFF, MSG_BACKOFF, now)
         elif deadline is not None and start is not None and not suspended:
             due = start + timedelta(seconds=deadline)
             if now >= due:
-                target = _new_condition(FAILURE_TARGET, REASON_DEADLINE, MSG_DEADLINE, now)
+                target = new_condition(FAILURE_TARGET, REASON_DEADLINE, MSG_DEADLINE, now)
             else:
                 plan.wake(due)
     if target is None:
         reached = total_ok > 0 if completions is None else total_ok >= completions
         if reached and not active:
-            target = _new_condition(SUCCESS_CRITERIA_MET, REASON_COMPLETIONS, MSG_COMPLETIONS, now)
+            target = success_target(now)
         if target is not None:
             conditions = (*conditions, target)
-    elif _condition(conditions, target.type) is None:
+    elif condition(conditions, target.type) is None:
         conditions = (*conditions, target)
 
     if target is not None:
@@ -470,14 +471,17 @@ def plan_batch_job(
         terminating += len(active)
         active = []
         ready = 0
-        final = not keep_ok and not keep_failed and not any(_tracked(p) for p in pods)
-        final = final and terminating == 0
+        done = not keep_ok and not keep_failed and not any(_tracked(p) for p in pods)
+        done = done and terminating == 0
         completion_time = status.completion_time
-        if final:
-            kind = COMPLETE if target.type == SUCCESS_CRITERIA_MET else FAILED
-            conditions = (*conditions, _new_condition(kind, target.reason, target.message, now))
-            if kind == COMPLETE:
+        if done:
+            ending = final(target, now)
+            conditions = (*conditions, ending)
+            if ending.type == COMPLETE:
                 completion_time = now
+                plan.events.append(Note(job, "Completed", "Job completed"))
+            else:
+                plan.events.append(Note(job, ending.reason, ending.message, WARNING))
         plan.status(
             job,
             _status(
@@ -621,6 +625,7 @@ class BatchJobController(WorkloadLoop):
     """A :class:`~controller.loops.ControlLoop`; see the module docstring."""
 
     name = "batch-jobs"
+    component = "job-controller"
     owner_type: ClassVar[type[Object]] = Job
     inputs: ClassVar[tuple[type[Object], ...]] = (Pod, QueueUnit)
 
@@ -631,6 +636,13 @@ class BatchJobController(WorkloadLoop):
         self._job_uids: frozenset[str] = frozenset()
         #: Job uid -> its pod failure backoff (unfinished Jobs only).
         self._backoff: dict[str, PodBackoff] = {}
+
+    def pod_event(self, owner: Object, pod: Object, verb: str, error: str = "") -> Note | None:
+        """The pod control's Events, but none for a finished Job's pods: the TTL controller and
+        the garbage collector delete those, and they record nothing."""
+        if isinstance(owner, Job) and _finished(owner) is not None:
+            return None
+        return super().pod_event(owner, pod, verb, error)
 
     def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
         assert isinstance(owner, Job)
@@ -672,7 +684,7 @@ class BatchJobController(WorkloadLoop):
                     plan.delete.append(_unconditional(pod))
             elif pod.metadata.deletion_timestamp is None:
                 plan.delete.append(pod)
-        ok = self._write(store, [plan])
+        ok = self._write(store, [(None, plan)])  # the garbage collector's part: no Events
         # A deleted Job is remembered until its pods are gone.
         owners = {r.uid for p in strays for r in p.metadata.owner_references if r.controller}
         self._job_uids = uids | frozenset(owners)

@@ -6,7 +6,9 @@ is not being deleted. Fewer than wanted: new pods named ``<replicaset>-<5 letter
 More than wanted: the first of :func:`~controller.workloads.common.deletion_order` are deleted.
 A pod that is deleted, or ends (an evicted pod that failed), is so replaced. Status:
 ``replicas`` (active pods), ``fullyLabeledReplicas``, ``readyReplicas``, ``availableReplicas``
-(ready for ``minReadySeconds``), ``observedGeneration``.
+(ready for ``minReadySeconds``), ``observedGeneration``. Events: ``SuccessfulCreate`` "Created
+pod: <name>", ``SuccessfulDelete`` "Deleted pod: <name>", ``FailedCreate``/``FailedDelete``
+(:class:`~controller.workloads.common.WorkloadLoop`).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class ReplicaSetController(WorkloadLoop):
     """A :class:`~controller.loops.ControlLoop`; see the module docstring."""
 
     name = "replicasets"
+    component = "replicaset-controller"
     owner_type: ClassVar[type[Object]] = ReplicaSet
 
     def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:

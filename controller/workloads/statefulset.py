@@ -14,6 +14,9 @@
   current template. ``OnDelete``: pods change only when deleted. Pods are always created from
   the current template (koordpy keeps no ControllerRevisions, so an ordinal below ``partition``
   that is deleted comes back at the current revision).
+* Events (about the StatefulSet): ``SuccessfulCreate`` "create Pod <pod> in StatefulSet <set>
+  successful", ``SuccessfulDelete`` "delete Pod ...", ``FailedCreate``/``FailedDelete`` "...
+  failed error: <error>".
 * Status: ``replicas``, ``readyReplicas``, ``availableReplicas``, ``currentReplicas``,
   ``updatedReplicas``, ``currentRevision``, ``updateRevision``, ``observedGeneration``.
 """
@@ -27,10 +30,12 @@ from typing import ClassVar, Final
 from apis.apps import ON_DELETE, PARALLEL, StatefulSet, StatefulSetStatus
 from apis.core import Pod
 from apis.meta import Object
+from controller.events import WARNING
 from controller.snapshots import Snapshot
 from controller.store import Store
 from controller.workloads.common import (
     LABEL_CONTROLLER_REVISION_HASH,
+    Note,
     Plan,
     WorkloadLoop,
     available,
@@ -162,7 +167,18 @@ class StatefulSetController(WorkloadLoop):
     """A :class:`~controller.loops.ControlLoop`; see the module docstring."""
 
     name = "statefulsets"
+    component = "statefulset-controller"
     owner_type: ClassVar[type[Object]] = StatefulSet
+
+    def pod_event(self, owner: Object, pod: Object, verb: str, error: str = "") -> Note | None:
+        """Kubernetes' StatefulSet wording: "create Pod <pod> in StatefulSet <set> successful"
+        (``Successful<Verb>``), or "... failed error: <error>" (``Failed<Verb>``, Warning)."""
+        if not isinstance(pod, Pod):
+            return None
+        what = f"{verb} Pod {pod.metadata.name} in StatefulSet {owner.metadata.name}"
+        if error:
+            return Note(owner, f"Failed{verb.title()}", f"{what} failed error: {error}", WARNING)
+        return Note(owner, f"Successful{verb.title()}", f"{what} successful")
 
     def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
         assert isinstance(owner, StatefulSet)

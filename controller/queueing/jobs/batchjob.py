@@ -6,10 +6,13 @@
   ``kueue.x-k8s.io/job-min-parallelism``; pods are interchangeable;
 * priority: the template's ``priorityClassName``, else its ``priority``;
 * the QueueUnit is named like the job, and the template is not stamped (a Job's template is
-  immutable);
+  immutable); the Job gets ``koord-queue/job-has-enqueued: "true"`` when its unit is made, the
+  mark that it is the queue's (:func:`controller.mutations.applied` keeps such a Job released);
 * status as the Job controller writes it: ``active``/``succeeded``/``failed``, ``startTime``
-  at the first resume, ``Suspended``, then ``Complete`` (all completions succeeded) or
-  ``Failed`` (``BackoffLimitExceeded``: more failed pods than ``backoffLimit``, default 6).
+  at the first resume, ``Suspended``, then ``SuccessCriteriaMet`` and ``Complete``, reason
+  ``CompletionsReached`` (all completions succeeded), or ``FailureTarget`` and ``Failed``,
+  reason ``BackoffLimitExceeded`` (more failed pods than ``backoffLimit``, default 6), as
+  :mod:`controller.workloads.jobconditions` writes them for both paths.
 """
 
 from __future__ import annotations
@@ -31,6 +34,15 @@ from controller.queueing.jobs.base import (
     count_replicas,
     positive_int_annotation,
     set_condition,
+    with_annotations,
+)
+from controller.workloads.jobconditions import (
+    FAILURE_TARGET,
+    MSG_BACKOFF,
+    REASON_BACKOFF,
+    ended,
+    new_condition,
+    success_target,
 )
 
 __all__ = ["Args", "BatchJobAdapter"]
@@ -93,7 +105,9 @@ class BatchJobAdapter:
         return spec.priority_class_name, spec.priority
 
     def enqueued(self, job: Object, unit: str, now: datetime) -> Object:
-        return job
+        typed = _job(job)
+        meta = with_annotations(typed, **{k.ANNOTATION_JOB_HAS_ENQUEUED: "true"})
+        return replace(typed, metadata=meta)
 
     def suspend(self, job: Object, now: datetime) -> Object:
         typed = _job(job)
@@ -150,25 +164,13 @@ class BatchJobAdapter:
         limit = DEFAULT_BACKOFF_LIMIT if limit is None else limit
         completions = typed.spec.completions
         if failed > limit:
-            new = replace(
-                new,
-                conditions=set_condition(
-                    new.conditions,
-                    "Failed",
-                    "True",
-                    now,
-                    reason="BackoffLimitExceeded",
-                    message="Job has reached the specified backoff limit",
-                ),
-            )
+            target = new_condition(FAILURE_TARGET, REASON_BACKOFF, MSG_BACKOFF, now)
+            new = replace(new, conditions=ended(new.conditions, target, now))
         elif (completions is not None and succeeded >= completions) or (
             completions is None and succeeded > 0 and counts.active == 0
         ):
-            new = replace(
-                new,
-                completion_time=now,
-                conditions=set_condition(new.conditions, "Complete", "True", now),
-            )
+            conditions = ended(new.conditions, success_target(now), now)
+            new = replace(new, completion_time=now, conditions=conditions)
         return typed if new == status else replace(typed, status=new)
 
     def outcome(self, job: Object) -> str | None:

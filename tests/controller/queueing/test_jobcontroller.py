@@ -14,6 +14,7 @@ import pytest
 
 from apis import constants as k
 from apis.core import (
+    Event,
     Job,
     Node,
     NodeStatus,
@@ -34,7 +35,7 @@ from controller.queueing.jobs.batchjob import Args as BatchArgs
 from controller.queueing.podlifecycle import PodLifecycle
 from controller.scheduler.loop import SchedulerLoop
 from controller.simulate import simulate
-from controller.store import Store
+from controller.store import Outcome, Store
 from tests.controller.queueing.jobs import (
     GI,
     Clock,
@@ -504,6 +505,146 @@ def test_job_failure_marks_the_unit_failed(harness: Harness) -> None:
     assert isinstance(stored, Job)
     assert [c.reason for c in stored.status.conditions if c.type == "Failed"] == [
         "BackoffLimitExceeded"
+    ]
+
+
+def _ends(job: Object) -> list[tuple[str, str, str, str]]:
+    assert isinstance(job, Job)
+    return [(c.type, c.status, c.reason, c.message) for c in job.status.conditions]
+
+
+def test_a_queue_job_completes_with_the_conditions_kubernetes_writes(harness: Harness) -> None:
+    """As the standalone Job controller (and Kubernetes v1.35): ``SuccessCriteriaMet`` first,
+    then ``Complete``, both reason ``CompletionsReached``, at the same moment."""
+    harness.store.apply(batch_job(parallelism=1, completions=1))
+    harness.run()
+    harness.admit("train")
+    harness.run()
+    harness.kubelet("train-0")
+    harness.run()
+    harness.clock.advance(30)
+    harness.kubelet("train-0", phase="Succeeded")
+    harness.run()
+    job = harness.job(Job, "train")
+    message = "Reached expected number of succeeded pods"
+    assert _ends(job) == [
+        ("SuccessCriteriaMet", "True", "CompletionsReached", message),
+        ("Complete", "True", "CompletionsReached", message),
+    ]
+    assert isinstance(job, Job)
+    assert {c.last_transition_time for c in job.status.conditions} == {harness.clock()}
+    assert job.status.completion_time == harness.clock()
+    harness.run()
+    assert _ends(harness.job(Job, "train")) == _ends(job)  # written once
+
+
+def test_a_queue_job_over_its_backoff_limit_fails_as_kubernetes_writes(harness: Harness) -> None:
+    job = batch_job(parallelism=1, completions=1)
+    harness.store.apply(replace(job, spec=replace(job.spec, backoff_limit=0)))
+    harness.run()
+    harness.admit("train")
+    harness.run()
+    harness.kubelet("train-0", phase="Failed")
+    harness.run()
+    message = "Job has reached the specified backoff limit"
+    assert _ends(harness.job(Job, "train")) == [
+        ("FailureTarget", "True", "BackoffLimitExceeded", message),
+        ("Failed", "True", "BackoffLimitExceeded", message),
+    ]
+    assert harness.unit("train").status.phase == phases.FAILED
+
+
+def test_the_queue_marks_the_batch_jobs_it_enqueues(harness: Harness) -> None:
+    harness.store.apply(batch_job())
+    harness.store.apply(batch_job("free", suspend=False))
+    harness.run()
+    assert harness.job(Job, "train").metadata.annotations[k.ANNOTATION_JOB_HAS_ENQUEUED] == "true"
+    assert k.ANNOTATION_JOB_HAS_ENQUEUED not in harness.job(Job, "free").metadata.annotations
+
+
+def test_reapplying_a_released_job_as_submitted_keeps_it_running(harness: Harness) -> None:
+    """The manifest says ``suspend: true`` (how it waits for the queue); applied again after
+    the queue released the Job, the Job stays released and its pods stay."""
+    harness.store.apply(batch_job(parallelism=1, completions=1))
+    harness.run()
+    harness.admit("train")
+    harness.run()
+    harness.kubelet("train-0")
+    harness.run()
+    _, outcome = harness.store.apply(batch_job(parallelism=1, completions=1))
+    harness.run()
+    job = harness.job(Job, "train")
+    assert isinstance(job, Job)
+    assert job.spec.suspend is False
+    assert outcome is Outcome.UNCHANGED
+    assert set(harness.pods()) == {"train-0"}
+    assert harness.unit("train").status.phase == phases.RUNNING
+
+
+def test_a_job_that_ran_without_the_queue_is_suspended_by_apply(harness: Harness) -> None:
+    """Created ``suspend: false`` and started: applying ``suspend: true`` suspends it, and the
+    queue does not take it (it was never held)."""
+    started = batch_job("free", suspend=False)
+    started = replace(started, status=replace(started.status, start_time=harness.clock()))
+    harness.store.apply(started)
+    harness.run()
+    harness.store.apply(batch_job("free", suspend=True))
+    harness.run()
+    job = harness.job(Job, "free")
+    assert isinstance(job, Job)
+    assert job.spec.suspend is True
+    assert harness.units() == []
+
+
+def _job_events(harness: Harness, name: str) -> list[tuple[str, str, str, int]]:
+    items, _ = harness.store.list(harness.store.registry.for_type(Event))
+    about = [
+        e
+        for e in items
+        if isinstance(e, Event)
+        and (e.involved_object.kind, e.involved_object.name) == ("Job", name)
+    ]
+    about.sort(key=lambda e: (e.first_timestamp or harness.clock(), e.reason, e.message))
+    return [(e.type, e.reason, e.message, e.count) for e in about]
+
+
+def test_a_queue_job_records_what_kubernetes_job_controller_records(harness: Harness) -> None:
+    """Its pods, an eviction's suspension and the resumption after, and the end."""
+    harness.store.apply(batch_job(parallelism=1, completions=1))
+    harness.run()
+    assert _job_events(harness, "train") == []  # held: nothing yet
+    harness.admit("train")
+    harness.run()
+    harness.kubelet("train-0")
+    harness.run()
+    harness.clock.advance(10)
+    harness.engine("train", lambda u: evict(u, harness.clock()))
+    harness.run()
+    harness.clock.advance(10)
+    harness.admit("train")
+    harness.run()
+    harness.kubelet("train-0", phase="Succeeded")
+    harness.run()
+    assert _job_events(harness, "train") == [
+        ("Normal", "SuccessfulCreate", "Created pod: train-0", 2),  # made again: a repeat
+        ("Normal", "SuccessfulDelete", "Deleted pod: train-0", 1),
+        ("Normal", "Suspended", "Job suspended", 1),
+        ("Normal", "Completed", "Job completed", 1),
+        ("Normal", "Resumed", "Job resumed", 1),
+    ]
+
+
+def test_a_failed_queue_job_records_the_reason(harness: Harness) -> None:
+    job = batch_job(parallelism=1, completions=1)
+    harness.store.apply(replace(job, spec=replace(job.spec, backoff_limit=0)))
+    harness.run()
+    harness.admit("train")
+    harness.run()
+    harness.kubelet("train-0", phase="Failed")
+    harness.run()
+    assert _job_events(harness, "train") == [
+        ("Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit", 1),
+        ("Normal", "SuccessfulCreate", "Created pod: train-0", 1),
     ]
 
 

@@ -381,10 +381,15 @@ def test_a_job_created_suspended_is_left_to_the_queue() -> None:
     assert pod.metadata.labels["alibabacloud.com/schedule-admission"] == "true"
     assert TRACKING_FINALIZER not in pod.metadata.finalizers
     status = out.wire("Job", "queued")["status"]
-    # The queue path's status: none of the standalone controller's fields or conditions.
+    # The queue path's status: none of the standalone controller's pod tracking fields, and
+    # the same end conditions as Kubernetes writes.
     assert "uncountedTerminatedPods" not in status
     assert "terminating" not in status
-    assert [c["type"] for c in status["conditions"]] == ["Complete"]
+    ends = [(c["type"], c["reason"]) for c in status["conditions"]]
+    assert ends == [
+        ("SuccessCriteriaMet", "CompletionsReached"),
+        ("Complete", "CompletionsReached"),
+    ]
 
 
 @pytest.fixture
