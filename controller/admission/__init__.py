@@ -6,6 +6,7 @@ Kubernetes API server runs its admission plugins and Koordinator's webhooks
   and the errors it raises to refuse a write;
 - :mod:`controller.admission.chain`: the ordered name -> plugin table (:data:`PLUGINS`) and
   :func:`admit`, which the store calls inside the write's transaction;
+- :mod:`controller.admission.poddefaults`: the defaults the API server gives a new pod;
 - :mod:`controller.admission.priority`: pod priority from its PriorityClass;
 - :mod:`controller.admission.elasticquota`: Koordinator's ElasticQuota webhook.
 

@@ -16,7 +16,7 @@ from apis.core import Pod, PriorityClass
 from apis.kinds import Kind, Registry
 from apis.meta import Object
 from apis.quota import ElasticQuota
-from controller.admission import elasticquota, priority
+from controller.admission import elasticquota, poddefaults, priority
 from controller.admission.base import ForbiddenError, InvalidError, Plugin, Registration
 from controller.errors import Forbidden, Invalid, NotFound
 
@@ -26,6 +26,7 @@ ObjT = TypeVar("ObjT", bound=Object)
 
 #: Name -> plugin, in the order they run (mutating ones first).
 PLUGINS: Final[tuple[Registration, ...]] = (
+    Registration("PodDefaults", (Pod,), poddefaults.admit_pod_defaults),
     Registration("Priority", (Pod,), priority.admit_pod_priority),
     Registration("ElasticQuotaDefaults", (ElasticQuota,), elasticquota.admit_quota_defaults),
     Registration("PriorityClass", (PriorityClass,), priority.admit_priority_class),

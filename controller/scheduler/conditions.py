@@ -5,6 +5,10 @@
 - :func:`nominated_pod`: ``status.nominatedNodeName`` after a preemption;
 - :func:`unschedulable_pod`: ``PodScheduled=False`` reason ``Unschedulable`` with the FitError
   summary, and the diagnosis annotation (:mod:`.explain`);
+- :func:`permit_rejected_pod`: a pod its Permit plugin rejected while it waited (a gang
+  member whose gang failed or whose wait ran out): ``PodScheduled=False`` reason
+  ``Unschedulable`` with the FitError of the one node it was assumed on
+  (``0/1 nodes are available: 1 <reason>.``), as kube-scheduler's binding cycle words it;
 - :func:`scheduler_error_pod`: ``PodScheduled=False`` reason ``SchedulerError`` with the error
   text (an attempt that ended in status Error: a malformed annotation, a node missing what a
   plugin requires); the diagnosis annotation is dropped, as no node was judged.
@@ -22,7 +26,13 @@ import msgspec
 from apis.core import Pod
 from apis.meta import Condition
 from controller.scheduler.cycle import BindPlan
-from controller.scheduler.explain import DIAGNOSIS_ANNOTATION
+from controller.scheduler.explain import (
+    DIAGNOSIS_ANNOTATION,
+    diagnosis_annotation,
+    fit_error_message,
+    rejection_diagnosis,
+)
+from controller.scheduler.framework import Status
 
 __all__ = [
     "POD_SCHEDULED",
@@ -30,6 +40,7 @@ __all__ = [
     "UNSCHEDULABLE",
     "bound_pod",
     "nominated_pod",
+    "permit_rejected_pod",
     "scheduled_condition",
     "scheduler_error_pod",
     "unschedulable_pod",
@@ -123,3 +134,11 @@ def scheduler_error_pod(pod: Pod, message: str, now: datetime) -> Pod | None:
     """``pod`` with ``PodScheduled=False`` reason ``SchedulerError`` and ``message``; None
     when it already says so."""
     return _not_scheduled(pod, SCHEDULER_ERROR, message, None, now)
+
+
+def permit_rejected_pod(pod: Pod, status: Status, now: datetime) -> tuple[str, Pod | None]:
+    """The message for a pod rejected with ``status`` while it waited in Permit, and ``pod``
+    with ``PodScheduled=False`` saying so (None when it already does)."""
+    diagnosis = rejection_diagnosis(status)
+    message = fit_error_message(diagnosis)
+    return message, unschedulable_pod(pod, message, diagnosis_annotation(diagnosis), now)

@@ -24,8 +24,9 @@ Each pass (:meth:`SchedulerLoop.reconcile`):
    earlier preemption hold their room there for pods of no higher priority. A pod a Permit
    plugin answers Wait for (a gang member) stays assumed on its node and in flight; before
    and after the attempts the loop asks each ``WaitingPermitPlugin`` which waiting pods are
-   allowed (bound with this pass's pods) or rejected (unreserved, backed off, and a
-   ``FailedScheduling`` Event with the reason);
+   allowed (bound with this pass's pods) or rejected (unreserved, backed off, and, as for a
+   pod no node fits, ``PodScheduled=False`` reason ``Unschedulable`` with the FitError of the
+   one node it waited on, ``0/1 nodes are available: 1 <reason>.``, and the Event with it);
 4. binds the placed pods in one store transaction: ``spec.nodeName``, condition
    ``PodScheduled=True``, the PreBind plugins' annotations and labels, and the diagnosis
    annotation removed. The node feed then sends each pod to its node's agent;
@@ -94,6 +95,7 @@ from controller.scheduler.conditions import (
     POD_SCHEDULED,
     bound_pod,
     nominated_pod,
+    permit_rejected_pod,
     scheduler_error_pod,
     unschedulable_pod,
 )
@@ -451,10 +453,8 @@ class SchedulerLoop:
     def _schedule_ready(self, store: Store, now: datetime) -> None:
         binds: list[tuple[QueuedPod, Profile, Decision, BindPlan]] = []
         explained: list[tuple[Object, str, Object | None]] = []
-        #: Pods their Permit plugin rejected while they waited: one Event each.
-        rejected: list[tuple[Object, str]] = []
         preempted: list[tuple[Pod, str, tuple[Pod, ...]]] = []
-        rejected.extend(self._settle_waiting(binds))
+        explained.extend(self._settle_waiting(binds, now))
         nominations = _Nominations(self._table, self._nominated_pods())
         for entry in self._queue.pop_ready(self._max_attempts):
             pod = entry.pod
@@ -510,18 +510,13 @@ class SchedulerLoop:
                 if code is fw.Code.ERROR:
                     explained.append(self._scheduler_error(pod, decision.status.message, now))
         nominations.done()
-        rejected.extend(self._settle_waiting(binds))
+        explained.extend(self._settle_waiting(binds, now))
         if binds:
             self._bind(store, binds, now)
         if explained:
             self._explain(store, explained)
         if preempted:
             self._preempt(store, preempted)
-        if rejected and self._recorder is not None:
-            for involved, message in rejected:
-                self._recorder.record(
-                    involved, type=WARNING, reason=FAILED_SCHEDULING, message=message
-                )
 
     def _bind(
         self,
@@ -681,11 +676,12 @@ class SchedulerLoop:
         return found
 
     def _settle_waiting(
-        self, binds: list[tuple[QueuedPod, Profile, Decision, BindPlan]]
-    ) -> list[tuple[Pod, str]]:
+        self, binds: list[tuple[QueuedPod, Profile, Decision, BindPlan]], now: datetime
+    ) -> list[tuple[Object, str, Object | None]]:
         """Hand the waiting pods their Permit plugins allowed to ``binds``; unreserve and back
-        off the rejected ones (returned with the message) and those no longer pending."""
-        rejected: list[tuple[Pod, str]] = []
+        off the rejected ones and those no longer pending. Returns what to write and record
+        for each rejected one, as :meth:`_explain` takes it."""
+        rejected: list[tuple[Object, str, Object | None]] = []
         for key in [k for k in self._waiting if k not in self._pending]:
             _, profile, decision = self._waiting.pop(key)
             abandon(profile, self._table, decision)
@@ -709,8 +705,24 @@ class SchedulerLoop:
                     status = plan.status
                 abandon(profile, self._table, decision)
                 self._queue.backoff(key)
-                rejected.append((entry.pod, status.message))
+                rejected.append(
+                    self._permit_rejected(self._pending.get(key, entry.pod), status, now)
+                )
         return rejected
+
+    def _permit_rejected(
+        self, pod: Pod, status: fw.Status, now: datetime
+    ) -> tuple[Object, str, Object | None]:
+        """What a pod rejected while it waited in Permit writes (a reserve pod: on its
+        Reservation), as :meth:`_explain` takes it; an error (a PreBind failure once allowed)
+        is a ``SchedulerError``."""
+        if status.code not in _REJECTED:
+            return self._scheduler_error(pod, status.message, now)
+        message, updated = permit_rejected_pod(pod, status, now)
+        reservation = self._reservation_of(pod)
+        if reservation is not None:
+            return (reservation, message, _unschedulable_reservation(reservation, message, now))
+        return (pod, message, updated)
 
     def _preempt(self, store: Store, preempted: list[tuple[Pod, str, tuple[Pod, ...]]]) -> None:
         """Delete the victims of each preemption, with a ``Preempted`` Event on each."""

@@ -68,10 +68,10 @@ NODE = node("node-0", cpu="4", memory="8Gi")
 
 
 def placed(outcome: Outcome) -> dict[str, tuple[str, str]]:
-    """Pod name -> (node, phase; a pod nothing wrote a phase on is Pending, as kubectl shows
-    it)."""
+    """Pod name -> (node, ``status.phase``: Pending from its create, as the API server writes
+    it, until the kubelet runs it)."""
     return {
-        p.metadata.name: (p.spec.node_name, p.status.phase or "Pending")
+        p.metadata.name: (p.spec.node_name, p.status.phase)
         for p in outcome.all("Pod")
         if isinstance(p, Pod)
     }
@@ -232,7 +232,9 @@ def test_strict_rejects_the_waiting_member_and_non_strict_keeps_it_waiting() -> 
     """``gang.scheduling.koordinator.sh/mode`` on the PodGroup (default ``Strict``): with room
     for one member only, Strict rejects the member waiting in Permit as soon as the other is
     unschedulable; NonStrict keeps it waiting, until the PodGroup's ``scheduleTimeoutSeconds``
-    (100: ``1m40s``) runs out."""
+    (100: ``1m40s``) runs out. As kube-scheduler words a rejection in Permit, each is the
+    FitError of the one node the member waited on, in its Event and in its ``PodScheduled``
+    condition."""
     small = node("node-0", cpu="60m", memory="8Gi")
     outcomes = {}
     for mode in ("Strict", "NonStrict"):
@@ -249,11 +251,22 @@ def test_strict_rejects_the_waiting_member_and_non_strict_keeps_it_waiting() -> 
             max_time=timedelta(minutes=5),
         )
         assert {where for where, _ in placed(outcomes[mode]).values()} == {""}
-    member = 'Gang "default/gang-example" gets rejected due to member Pod "pod-example2"'
-    timeout = "rejected due to timeout after waiting 1m40s at plugin Coscheduling"
+    member = (
+        '0/1 nodes are available: 1 Gang "default/gang-example" gets rejected due to member Pod'
+        ' "pod-example2"'
+    )
+    timeout = (
+        "0/1 nodes are available: 1 rejected due to timeout after waiting 1m40s at plugin"
+        " Coscheduling."
+    )
     waiting = {mode: _messages(o, "pod-example1") for mode, o in outcomes.items()}
     assert any(m.startswith(member) for m in waiting["Strict"])
     assert not any(m.startswith(member) for m in waiting["NonStrict"])
     # Its first rejection is the timeout; after it, pod-example2 (queued since its own
     # failure, earlier) goes first, so later attempts of pod-example1 may find no room.
     assert waiting["NonStrict"][0] == timeout
+    strict = outcomes["Strict"].get("Pod", "pod-example1", "default")
+    assert isinstance(strict, Pod)
+    [condition] = [c for c in strict.status.conditions if c.type == "PodScheduled"]
+    assert (condition.status, condition.reason) == ("False", "Unschedulable")
+    assert condition.message.startswith(member) or condition.message == timeout

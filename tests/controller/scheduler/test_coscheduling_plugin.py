@@ -177,7 +177,9 @@ def test_a_wait_that_runs_out_rejects_the_waiting_members(store: Store, clock: C
     timeouts = sorted(
         e.involved_object.name
         for e in _events(store)
-        if e.message == "rejected due to timeout after waiting 10s at plugin Coscheduling"
+        if e.message
+        == "0/1 nodes are available: 1 rejected due to timeout after waiting 10s at plugin"
+        " Coscheduling."
     )
     assert timeouts == ["a", "b"]  # (past their backoff, both are held again at once)
 
