@@ -25,6 +25,7 @@ import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from controller.api.server import ApiServer
+from controller.api.token import check_token
 from controller.config import ControllerConfig, queueing_plugins
 from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.metrics import DeschedulerMetrics
@@ -66,8 +67,12 @@ class Controller:
     components: list[lifecycle.Component] = field(default_factory=list)
 
 
-def _open_store(cfg: ControllerConfig, state_dir: Path) -> Store:
+def open_store(cfg: ControllerConfig, state_dir: Path) -> Store:
+    """The store in ``state_dir``, the directory made (or narrowed to) 0700 first."""
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if state_dir.stat().st_mode & 0o777 != 0o700:
+        log.info("narrowing state directory %s to mode 0700", state_dir)
+        state_dir.chmod(0o700)
     store = Store(
         path=state_dir / STORE_FILE,
         synchronous=cfg.store.synchronous,
@@ -78,6 +83,14 @@ def _open_store(cfg: ControllerConfig, state_dir: Path) -> Store:
         "store %s reloaded at resourceVersion %d", state_dir / STORE_FILE, store.resource_version
     )
     return store
+
+
+def _token(cfg: ControllerConfig, given: str | None) -> str:
+    """The API's bearer token (``--token`` over ``[api]``), refused when too short."""
+    if given:
+        return check_token(given, field="--token")
+    field = "[api] token" if cfg.api.token else "[api] token_file"
+    return check_token(cfg.api_token(), field=field)
 
 
 async def open_controller(
@@ -91,7 +104,8 @@ async def open_controller(
     bus: Bus | None = None,
 ) -> Controller:
     """Open the store, start the API and metrics; ``stack`` closes them in reverse order."""
-    store = _open_store(cfg, state_dir)
+    token = _token(cfg, api_token)
+    store = open_store(cfg, state_dir)
     stack.callback(store.close)
     stack.push_async_callback(store.aclose)
     registry = CollectorRegistry()
@@ -99,7 +113,7 @@ async def open_controller(
     api = ApiServer(
         store,
         api_address or cfg.api.address or None,
-        token=api_token or cfg.api_token(),
+        token=token,
         tls_cert=Path(cfg.api.tls_cert) if cfg.api.tls_cert else None,
         tls_key=Path(cfg.api.tls_key) if cfg.api.tls_key else None,
         grace=cfg.api.shutdown_grace,

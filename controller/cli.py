@@ -58,7 +58,12 @@ class Document:
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client(getattr(args, "api", "") or None, token=getattr(args, "token", "") or "")
+    tls_ca = getattr(args, "tls_ca", "") or ""
+    return Client(
+        getattr(args, "api", "") or None,
+        token=getattr(args, "token", "") or "",
+        tls_ca=Path(tls_ca) if tls_ca else None,
+    )
 
 
 def _error(message: str, stream: TextIO | None = None) -> None:

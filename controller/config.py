@@ -22,11 +22,11 @@ Every key is optional; an unknown key is an error naming it (exit status 2). Exa
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from controller.api.token import read_token_file
 from controller.errors import ConfigError
 from controller.queueing.plugins import PluginRef, Plugins, QueueingConfig, build_plugins
 from koordpy import configfile
@@ -129,21 +129,12 @@ class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     mqtt: MqttSettings = msgspec.field(default_factory=MqttSettings)
 
     def api_token(self) -> str:
-        """The bearer token: ``token``, else the first line of ``token_file``."""
+        """The bearer token: ``token``, else the first line of ``token_file`` (a private file)."""
         if self.api.token:
             return self.api.token
         if not self.api.token_file:
             return ""
-        try:
-            text = Path(self.api.token_file).read_text(encoding="utf-8")
-        except OSError as err:
-            raise ConfigError(
-                f"[api] token_file: cannot read {self.api.token_file!r}: {err.strerror}"
-            ) from None
-        lines = text.strip().splitlines()
-        if not lines or not lines[0].strip():
-            raise ConfigError(f"[api] token_file: {self.api.token_file!r} is empty")
-        return lines[0].strip()
+        return read_token_file(self.api.token_file, field="[api] token_file")
 
 
 def load(path: str | None) -> ControllerConfig:

@@ -128,6 +128,24 @@ class _Checkpointer:
         self._thread.join()
 
 
+#: Mode of every state file (the database, its WAL and SHM, the lock).
+STATE_FILE_MODE = 0o600
+
+
+def _private_files(path: Path) -> None:
+    """Create ``path`` 0600 if absent; narrow it and its WAL/SHM/lock to 0600 if wider."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, STATE_FILE_MODE)
+    try:
+        os.fchmod(fd, STATE_FILE_MODE)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm", ".lock"):
+        companion = path.with_name(path.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            if companion.stat().st_mode & 0o777 != STATE_FILE_MODE:
+                os.chmod(companion, STATE_FILE_MODE)
+
+
 class Database:
     """One open state file. Not thread-safe: the store calls it from one thread."""
 
@@ -136,6 +154,11 @@ class Database:
             raise ValueError(f"synchronous must be NORMAL or FULL, got {synchronous!r}")
         self.path = path
         self._lock = self._take_lock(path)
+        try:
+            _private_files(path)
+        except OSError as err:
+            os.close(self._lock)
+            raise StoreError(f"cannot open state file {path}: {err}") from err
         try:
             self._con = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=10.0
@@ -156,7 +179,7 @@ class Database:
     def _take_lock(path: Path) -> int:
         lock_path = path.with_name(path.name + ".lock")
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, STATE_FILE_MODE)
         except OSError as err:
             raise StoreError(f"cannot open state file {path}: {err}") from err
         try:

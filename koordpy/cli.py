@@ -29,8 +29,17 @@ COMMANDS: dict[str, str] = {
 }
 
 
+#: The API options and the environment variable each defaults to.
+_API_ENV = (
+    ("api", "KOORDPY_API"),
+    ("token", "KOORDPY_TOKEN"),
+    ("token_file", "KOORDPY_TOKEN_FILE"),
+    ("tls_ca", "KOORDPY_TLS_CA"),
+)
+
+
 def _api_options() -> argparse.ArgumentParser:
-    """``--api``/``--token`` accepted before or after the verb."""
+    """``--api``, ``--token``, ``--token-file`` and ``--tls-ca``, before or after the verb."""
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--api",
@@ -43,6 +52,16 @@ def _api_options() -> argparse.ArgumentParser:
         "--token",
         default=argparse.SUPPRESS,
         help="bearer token for a TCP API (default $KOORDPY_TOKEN)",
+    )
+    parent.add_argument(
+        "--token-file",
+        default=argparse.SUPPRESS,
+        help="file holding the bearer token, mode 0600 (default $KOORDPY_TOKEN_FILE)",
+    )
+    parent.add_argument(
+        "--tls-ca",
+        default=argparse.SUPPRESS,
+        help="CA certificate (PEM) that verifies a TLS API's certificate (default $KOORDPY_TLS_CA)",
     )
     return parent
 
@@ -155,10 +174,17 @@ def _namespace_options(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not hasattr(args, "api"):
-        args.api = os.environ.get("KOORDPY_API", "")
-    if not hasattr(args, "token"):
-        args.token = os.environ.get("KOORDPY_TOKEN", "")
+    for option, variable in _API_ENV:
+        if not hasattr(args, option):
+            setattr(args, option, os.environ.get(variable, ""))
+    if args.token_file and not args.token:
+        from controller.api.token import TokenError, read_token_file
+
+        try:
+            args.token = read_token_file(args.token_file, field="--token-file")
+        except TokenError as err:
+            print(f"koordpy: {err}", file=sys.stderr)
+            return 2
     module_name, _, func_name = COMMANDS[args.command].partition(":")
     handler = getattr(importlib.import_module(module_name), func_name)
     try:

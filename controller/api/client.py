@@ -160,7 +160,11 @@ def _metadata(token: str) -> tuple[tuple[str, str], ...]:
 def _credentials(tls_ca: Path | None) -> grpc.ChannelCredentials | None:
     if tls_ca is None:
         return None
-    return grpc.ssl_channel_credentials(root_certificates=tls_ca.read_bytes())
+    try:
+        roots = tls_ca.read_bytes()
+    except OSError as err:
+        raise errors.ConfigError(f"--tls-ca: cannot read {str(tls_ca)!r}: {err.strerror}") from None
+    return grpc.ssl_channel_credentials(root_certificates=roots)
 
 
 _OPTIONS = (

@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import stat
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, Self
@@ -350,6 +350,25 @@ def _socket_in_use(path: Path) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _private_umask(private: bool) -> Iterator[None]:
+    """Umask 0177 while the unix socket is bound, so it is 0600 from the moment it exists.
+
+    gRPC binds the socket itself (no hook between ``socket()`` and ``bind()``), and a
+    ``chmod`` after the bind leaves a window in which another local user could connect. The
+    umask is process-wide, so this runs only in start-up, before any loop writes files; a
+    file created meanwhile only comes out narrower.
+    """
+    if not private:
+        yield
+        return
+    previous = os.umask(0o177)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
 def _prepare_socket(path: Path) -> None:
     """Create the parent directory (0700) and remove a stale socket left by a dead server."""
     if not path.parent.exists():
@@ -417,12 +436,14 @@ class ApiServer:
         )
         pb_grpc.add_ObjectsServicer_to_server(_Servicer(self._store), server)
         try:
-            port = self._bind(server, address)
+            if address.path is not None:
+                _prepare_socket(address.path)
+            with _private_umask(address.path is not None):
+                port = self._bind(server, address)
+                await server.start()
         except (OSError, RuntimeError) as err:
             raise ListenError(f"cannot listen on {address}: {err}") from err
-        await server.start()
         if address.path is not None:
-            os.chmod(address.path, 0o600)
             self._bound = address
         else:
             self._bound = address.with_port(port)
@@ -431,7 +452,6 @@ class ApiServer:
 
     def _bind(self, server: aio.Server, address: Address) -> int:
         if address.path is not None:
-            _prepare_socket(address.path)
             return server.add_insecure_port(address.target)
         cert, key = self._tls
         if cert is not None and key is not None:

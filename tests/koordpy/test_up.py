@@ -270,12 +270,12 @@ def test_bad_config_exits_2_before_starting(tmp_path: Path) -> None:
 
 def test_tcp_api_requires_the_bearer_token(tmp_path: Path) -> None:
     api = f"127.0.0.1:{_free_port()}"
-    with running_up(tmp_path, api=api, token="s3cret") as up:
+    with running_up(tmp_path, api=api, token="s3cret-" + "x" * 32) as up:
         assert f"koordpy --api {api} get nodes" in "\n".join(up.stdout)
         refused = cli(api, "get", "nodes")
         assert refused.returncode != 0
         assert "token" in refused.stderr.lower() or "unauth" in refused.stderr.lower()
-        allowed = cli(api, "--token", "s3cret", "get", "nodes")
+        allowed = cli(api, "--token", "s3cret-" + "x" * 32, "get", "nodes")
         assert allowed.returncode == 0, allowed.stderr
         assert names(table_rows(allowed.stdout)) == ["test-host"]
         assert up.stop() == 0
