@@ -5,7 +5,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator
 
-__all__ = ["CpuSet", "CpuSetError"]
+__all__ = ["MAX_CPUS", "MAX_TEXT", "CpuSet", "CpuSetError"]
+
+#: Linux supports at most 8192 logical CPUs (``CONFIG_NR_CPUS``); larger ids are refused.
+MAX_CPUS = 8192
+#: Kubernetes bounds all annotations of an object to 256 KiB together.
+MAX_TEXT = 256 * 1024
 
 
 class CpuSetError(ValueError):
@@ -27,6 +32,8 @@ class CpuSet(frozenset[int]):
     @classmethod
     def parse(cls, text: str) -> CpuSet:
         """``"0-3,8"`` -> {0, 1, 2, 3, 8}; empty text is the empty set."""
+        if len(text) > MAX_TEXT:
+            raise CpuSetError(f"cpu list too long: {len(text)} characters, at most {MAX_TEXT}")
         cpus: set[int] = set()
         for part in text.strip().split(","):
             part = part.strip()
@@ -40,6 +47,8 @@ class CpuSet(frozenset[int]):
                 raise CpuSetError(f"invalid cpu list {text!r}") from None
             if first < 0 or last < first:
                 raise CpuSetError(f"invalid cpu range {part!r} in {text!r}")
+            if last >= MAX_CPUS:
+                raise CpuSetError(f"cpu id {last} in {part!r} is not below {MAX_CPUS}")
             cpus.update(range(first, last + 1))
         return cls(cpus)
 

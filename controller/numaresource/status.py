@@ -43,6 +43,12 @@ _log = logging.getLogger(__name__)
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
+#: Linux supports at most 8192 logical CPUs (``CONFIG_NR_CPUS``); larger ids are refused.
+MAX_CPUS: Final = 8192
+#: Kubernetes bounds all annotations of an object to 256 KiB together.
+MAX_TEXT: Final = 256 * 1024
+
+
 class CpuListError(ValueError):
     """Text that is not a cpu list."""
 
@@ -67,6 +73,8 @@ def format_cpu_list(cpus: Iterable[int]) -> str:
 
 def parse_cpu_list(text: str) -> frozenset[int]:
     """``"0-3,8"`` -> ``{0, 1, 2, 3, 8}``; blank text is the empty set."""
+    if len(text) > MAX_TEXT:
+        raise CpuListError(f"cpu list too long: {len(text)} characters, at most {MAX_TEXT}")
     cpus: set[int] = set()
     for raw in text.split(","):
         part = raw.strip()
@@ -79,6 +87,8 @@ def parse_cpu_list(text: str) -> frozenset[int]:
         last = int(high) if dash else first
         if last < first:
             raise CpuListError(f"invalid cpu list {text!r}: range {part!r} runs backwards")
+        if last >= MAX_CPUS:
+            raise CpuListError(f"cpu id {last} in {part!r} is not below {MAX_CPUS}")
         cpus.update(range(first, last + 1))
     return frozenset(cpus)
 
