@@ -64,7 +64,7 @@ from agent.qos.framework import (
 from agent.qos.settings import BurstSettings, SettingsError, merge_burst
 from apis import constants as k
 from apis.core import Pod
-from apis.qos import KubeQoS, QoSClass
+from apis.qos import QoSClass
 from apis.slo import CPUBurstStrategy
 
 __all__ = [
@@ -102,9 +102,7 @@ class Operation(enum.StrEnum):
 
 def burst_qos(pod: PodState) -> QoSClass:
     """The QoS CPU burst goes by: the label's, else BE for BestEffort and LS for the rest."""
-    if k.LABEL_QOS_CLASS in pod.pod.metadata.labels:
-        return pod.qos
-    return QoSClass.BE if pod.kube_qos is KubeQoS.BEST_EFFORT else QoSClass.LS
+    return pod.label_or_kube_qos
 
 
 def eligible(pod: PodState) -> bool:

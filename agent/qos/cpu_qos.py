@@ -17,7 +17,6 @@ from typing import Final
 from agent.cgroups.paths import qos_dir
 from agent.cgroups.resources import Resource
 from agent.qos.framework import CgroupWrite, LastPlan, NodeSnapshot, Outcome, PodState
-from apis import constants as k
 from apis.qos import KubeQoS, QoSClass
 
 __all__ = ["CpuQoS", "group_identity_class"]
@@ -29,12 +28,11 @@ _BVT: Final = Resource.CPU_BVT_WARP_NS
 
 def group_identity_class(pod: PodState) -> str:
     """The class whose value the pod gets: its label's (LSE as LSR), else BE or LS."""
-    if k.LABEL_QOS_CLASS in pod.pod.metadata.labels:
-        qos = pod.qos
-        if qos is QoSClass.LSE:
-            return str(QoSClass.LSR)
-        if qos in (QoSClass.LSR, QoSClass.LS, QoSClass.BE, QoSClass.SYSTEM):
-            return str(qos)
+    qos = pod.label_or_kube_qos
+    if qos is QoSClass.LSE:
+        return str(QoSClass.LSR)
+    if qos in (QoSClass.LSR, QoSClass.LS, QoSClass.BE, QoSClass.SYSTEM):
+        return str(qos)
     return str(QoSClass.BE) if pod.kube_qos is KubeQoS.BEST_EFFORT else str(QoSClass.LS)
 
 

@@ -24,6 +24,7 @@ from agent.cgroups.cpuset import CpuSet
 from agent.cgroups.detect import CgroupInfo
 from agent.cgroups.resources import Resource
 from agent.qos.settings import QoSSettings
+from apis import constants as k
 from apis.core import Node, Pod
 from apis.qos import KubeQoS, PriorityClass, QoSClass
 from apis.resources import ResourceList
@@ -147,6 +148,14 @@ class PodState:
     def active(self) -> bool:
         """Pending, Running, or a phase not reported (yet): the pod holds its resources."""
         return self.phase not in ("Succeeded", "Failed")
+
+    @property
+    def label_or_kube_qos(self) -> QoSClass:
+        """The class the pod's ``koordinator.sh/qosClass`` label gives, else BE for a
+        BestEffort pod and LS for the rest: what CPU burst and group identity go by."""
+        if k.LABEL_QOS_CLASS in self.pod.metadata.labels:
+            return self.qos
+        return QoSClass.BE if self.kube_qos is KubeQoS.BEST_EFFORT else QoSClass.LS
 
 
 @dataclass(frozen=True, slots=True)
