@@ -28,53 +28,11 @@ from apis.core import Pod
 from apis.scheduling import PodMigrationJob
 from tests.manuals.replay import Cluster, Outcome, node, node_metric
 
+# The page's stress-demo Deployment is the one load-aware-scheduling's page shows too.
+from tests.manuals.test_load_aware_scheduling import STRESS_DEMO_DEPLOYMENT as STRESS_DEMO
+
 NODES = ("cn-beijing.10.0.3.110", "cn-beijing.10.0.3.111", "cn-beijing.10.0.3.112")
 
-#: The page's Deployment (step 1), as the page gives it.
-STRESS_DEMO = """\
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: stress-demo
-  namespace: default
-  labels:
-    app: stress-demo
-spec:
-  replicas: 1
-  selector:
-    matchLabels:
-      app: stress-demo
-  template:
-    metadata:
-      name: stress-demo
-      labels:
-        app: stress-demo
-    spec:
-      containers:
-        - args:
-            - '--vm'
-            - '2'
-            - '--vm-bytes'
-            - '1600M'
-            - '-c'
-            - '2'
-            - '--vm-hang'
-            - '2'
-          command:
-            - stress
-          image: polinux/stress
-          imagePullPolicy: Always
-          name: stress
-          resources:
-            limits:
-              cpu: '2'
-              memory: 4Gi
-            requests:
-              cpu: '2'
-              memory: 4Gi
-      restartPolicy: Always
-      schedulerName: koord-scheduler # use the koord-scheduler
-"""
 
 #: The page's ConfigMap, its elisions (``...``) left out, plus ``skipCheckExpectedReplicas``.
 DESCHEDULER_CONFIG = """\

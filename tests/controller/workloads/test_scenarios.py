@@ -18,42 +18,9 @@ from controller import printing
 from controller.queueing.loop import STATUS_INTERVAL
 from tests.controller.workloads.cluster import Cluster
 from tests.manuals.replay import node, replay
-
-#: The resource-reservation manual's Deployment (page ``resource-reservation``, "Reserve on
-#: Specified Node, with Multiple Owners", step 4), as the page gives it.
-APP_DEMO = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: app-demo
-spec:
-  replicas: 2
-  selector:
-    matchLabels:
-      app: app-demo
-  template:
-    metadata:
-      name: stress
-      labels:
-        app: app-demo # match the owner spec of `reservation-demo-big`
-    spec:
-      schedulerName: koord-scheduler # use koord-scheduler
-      containers:
-      - name: stress
-        image: polinux/stress
-        args:
-          - '-c'
-          - '1'
-        command:
-          - stress
-        resources:
-          requests:
-            cpu: 2
-            memory: 10Gi
-          limits:
-            cpu: 4
-            memory: 20Gi
-"""
+from tests.manuals.test_load_aware_scheduling import NGINX_WITH_LOADAWARE
+from tests.manuals.test_pod_migration_job import POD_DEMO
+from tests.manuals.test_resource_reservation import APP_DEMO
 
 WEB = """
 apiVersion: apps/v1
@@ -559,52 +526,6 @@ def test_simulate_ends_when_workloads_are_settled() -> None:
 
 # --- the manuals' workloads in the other controllers' flows ----------------------------------
 
-#: The pod-migration-job manual's Deployment (page ``pod-migration-job``, "Quick Start", step 1),
-#: as the page gives it (``creationTimestamp: null`` in the template included).
-POD_DEMO = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: pod-demo
-  namespace: default
-spec:
-  progressDeadlineSeconds: 600
-  replicas: 1
-  revisionHistoryLimit: 10
-  selector:
-    matchLabels:
-      app: pod-demo
-  strategy:
-    rollingUpdate:
-      maxSurge: 25%
-      maxUnavailable: 25%
-    type: RollingUpdate
-  template:
-    metadata:
-      creationTimestamp: null
-      labels:
-        app: pod-demo
-      name: stress
-    spec:
-      containers:
-      - args:
-        - -c
-        - "1"
-        command:
-        - stress
-        image: polinux/stress
-        imagePullPolicy: Always
-        name: stress
-        resources:
-          limits:
-            cpu: "2"
-            memory: 4Gi
-          requests:
-            cpu: 200m
-            memory: 400Mi
-      restartPolicy: Always
-      schedulerName: koord-scheduler
-"""
 
 MIGRATION = """
 apiVersion: scheduling.koordinator.sh/v1alpha1
@@ -642,37 +563,6 @@ def test_a_migrated_deployment_pod_is_replaced_into_the_reservation(cluster: Clu
     status = to_builtins(job)["status"]
     assert status["podRef"]["name"] == new.name
     assert status["nodeName"] == new.spec.node_name
-
-
-#: The load-aware-scheduling manual's nginx Deployment (page ``load-aware-scheduling``, step 4).
-NGINX_WITH_LOADAWARE = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: nginx-with-loadaware
-  labels:
-    app: nginx
-spec:
-  replicas: 6
-  selector:
-    matchLabels:
-      app: nginx
-  template:
-    metadata:
-      name: nginx
-      labels:
-        app: nginx
-    spec:
-      schedulerName: koord-scheduler # use the koord-scheduler
-      containers:
-      - name: nginx
-        image: nginx
-        resources:
-          limits:
-            cpu: 500m
-          requests:
-            cpu: 500m
-"""
 
 
 def test_the_load_aware_manuals_deployment_runs_six_pods() -> None:
