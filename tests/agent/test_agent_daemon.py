@@ -681,6 +681,11 @@ async def test_qos_and_metrics_share_one_collector_over_the_pods(
     )
     pod = {"node": "n1", "pod_uid": FakeNode.UID, "pod_name": "batch-1", "pod_namespace": "jobs"}
 
+    def reports_sent() -> float | None:
+        return sample_value(
+            registry, "koordpy_agent_reports_total", node="n1", leaf="nodemetric", result="sent"
+        )
+
     def reported_pods() -> list[str]:
         if not has_retained(bus, "n1", "nodemetric"):
             return []
@@ -709,8 +714,10 @@ async def test_qos_and_metrics_share_one_collector_over_the_pods(
         shared = sample_value(registry, "koordlet_cpuset_share_pool_used_cpu_cores", node="n1")
         assert shared is not None
         assert shared >= 0
-        # NodeMetric every report interval, with the pod once it was measured.
+        # NodeMetric every report interval, with the pod once it was measured; the pod may be
+        # in the first one already, so wait for the next one too.
         await wait_for(lambda: reported_pods() == ["batch-1"])
+        await wait_for(lambda: (reports_sent() or 0) >= 2)
     finally:
         stop.set()
         async with asyncio.timeout(10):
@@ -720,9 +727,7 @@ async def test_qos_and_metrics_share_one_collector_over_the_pods(
             await ticking
     raw = json.loads(retained(bus, "n1", "nodemetric"))
     assert schema_errors(validator(shared_dir, "slo.koordinator.sh/NodeMetric"), raw) == []
-    sent = sample_value(
-        registry, "koordpy_agent_reports_total", node="n1", leaf="nodemetric", result="sent"
-    )
+    sent = reports_sent()
     assert sent is not None
     assert sent >= 2
 
