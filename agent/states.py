@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from agent.cgroups import paths
-from agent.cgroups.cpuset import CpuSet, CpuSetError
+from agent.cgroups.cpuset import MAX_TEXT, CpuSet, CpuSetError
 from agent.cgroups.detect import CgroupInfo
 from agent.config import HostPaths
 from agent.qos import nodeinfo
@@ -184,8 +184,11 @@ def _read_int(path: Path) -> int | None:
 
 
 def _read_cpuset(path: Path) -> CpuSet | None:
+    """The cpu list in ``path``; ``None`` when unreadable, or not a bounded cpu list (read no
+    further than the bound, so a huge file costs nothing)."""
     try:
-        return CpuSet.parse(path.read_text(encoding="ascii"))
+        with path.open("rb") as file:
+            return CpuSet.parse(file.read(MAX_TEXT + 1).decode("ascii"))
     except (OSError, ValueError, CpuSetError):
         return None
 

@@ -30,16 +30,18 @@ of seconds on any monotonic clock the caller chooses (``now``).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
+from apis.bounded import BoundedError, decode
 from apis.constants import (
     ANNOTATION_BIND_GANG_GROUP_ID,
     ANNOTATION_BIND_GANG_GROUP_ID_DEPRECATED,
@@ -110,6 +112,13 @@ BIND_GANG_ANNOTATIONS: Final = (
 
 _INT32: Final = re.compile(r"[+-]?[0-9]+")
 _INT32_MAX: Final = 2**31 - 1
+#: Longest int32 (or duration) text read; anything longer is not one.
+_SHORT: Final = 32
+#: Most gang ids a ``gang-groups`` annotation may list.
+MAX_GROUPS: Final = 1024
+_GROUPS: Final = msgspec.json.Decoder(
+    Annotated[list[str], msgspec.Meta(min_length=1, max_length=MAX_GROUPS)]
+)
 
 
 class GangMode(enum.StrEnum):
@@ -255,7 +264,7 @@ def gang_ref(pod: Pod) -> GangRef | None:
 
 
 def _parse_int32(text: str | None) -> int | None:
-    if text is None or _INT32.fullmatch(text) is None:
+    if text is None or len(text) > _SHORT or _INT32.fullmatch(text) is None:
         return None
     value = int(text)
     return value if -_INT32_MAX - 1 <= value <= _INT32_MAX else None
@@ -282,7 +291,10 @@ def _match_policy(annotations: Mapping[str, str], default: MatchPolicy) -> Match
 
 
 def _wait_seconds(text: str | None, default: float) -> float:
-    """A Go duration; absent, invalid, zero or negative means ``default``."""
+    """A Go duration; absent, invalid (or too long to be one), zero or negative means
+    ``default``."""
+    if text is not None and len(text) > _SHORT:
+        return default
     try:
         waited = Duration.parse(text or "")
     except DurationError:
@@ -291,14 +303,12 @@ def _wait_seconds(text: str | None, default: float) -> float:
 
 
 def _groups(text: str | None, gang_id: str) -> tuple[str, ...]:
-    """The JSON list of gang ids; absent, malformed or empty means the gang alone."""
+    """The JSON list of gang ids; absent, malformed, empty or past the bounds (256 KiB, 1024
+    ids) means the gang alone."""
     if text:
-        try:
-            decoded = json.loads(text)
-        except ValueError:
-            decoded = None
-        if isinstance(decoded, list) and decoded and all(isinstance(g, str) for g in decoded):
-            return tuple(decoded)
+        with contextlib.suppress(BoundedError):
+            groups: list[str] = decode(text, _GROUPS, ANNOTATION_GANG_GROUPS)
+            return tuple(groups)
     return (gang_id,)
 
 

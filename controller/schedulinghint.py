@@ -15,8 +15,9 @@ A hint is the JSON object ``{"nodeNames": [...], "preferredNodeNames": [...], "e
   their key is present (:meth:`SchedulingHint.has_extension`). The ``Reservation`` extension is
   an in-process structure, so one written in the annotation is never recognised.
 
-A value that is not valid JSON (or not of that shape) is a :class:`HintError` carrying the JSON
-error text: the plugin fails the attempt with status Error and the pod is retried with backoff.
+A value that is not valid JSON (or not of that shape, or past the bounds of
+:mod:`apis.bounded`: 256 KiB, nesting 32 deep) is a :class:`HintError` carrying the error text:
+the plugin fails the attempt with status Error and the pod is retried with backoff.
 A malformed new key does not fall back to the deprecated one.
 
 Everything here is pure; the scheduler's plugin adapter supplies the node sets and the filter.
@@ -29,6 +30,7 @@ from typing import Any, Final
 
 import msgspec
 
+from apis.bounded import MAX_DEPTH, BoundedError, decode
 from apis.constants import ANNOTATION_SCHEDULING_HINT, ANNOTATION_SCHEDULING_HINT_DEPRECATED
 from controller.errors import ConfigError
 
@@ -127,9 +129,9 @@ def parse_scheduling_hint(annotations: Mapping[str, str]) -> SchedulingHint | Hi
         if not text:
             return None
     try:
-        wire = _DECODER.decode(text)
-    except (msgspec.DecodeError, msgspec.ValidationError) as err:
-        return HintError(key=key, message=str(err))
+        wire = decode(text, _DECODER, "", depth=MAX_DEPTH)
+    except BoundedError as err:
+        return HintError(key=key, message=err.detail)
     if wire is None:
         return SchedulingHint(source=key)
     return SchedulingHint(

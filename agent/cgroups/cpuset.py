@@ -5,12 +5,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator
 
-__all__ = ["MAX_CPUS", "MAX_TEXT", "CpuSet", "CpuSetError"]
+from apis.bounded import MAX_CPUS, MAX_TEXT, CpuListError, parse_cpu_list
 
-#: Linux supports at most 8192 logical CPUs (``CONFIG_NR_CPUS``); larger ids are refused.
-MAX_CPUS = 8192
-#: Kubernetes bounds all annotations of an object to 256 KiB together.
-MAX_TEXT = 256 * 1024
+__all__ = ["MAX_CPUS", "MAX_TEXT", "CpuSet", "CpuSetError"]
 
 
 class CpuSetError(ValueError):
@@ -31,26 +28,15 @@ class CpuSet(frozenset[int]):
 
     @classmethod
     def parse(cls, text: str) -> CpuSet:
-        """``"0-3,8"`` -> {0, 1, 2, 3, 8}; empty text is the empty set."""
-        if len(text) > MAX_TEXT:
-            raise CpuSetError(f"cpu list too long: {len(text)} characters, at most {MAX_TEXT}")
-        cpus: set[int] = set()
-        for part in text.strip().split(","):
-            part = part.strip()
-            if not part:
-                continue
-            low, sep, high = part.partition("-")
-            try:
-                first = int(low)
-                last = int(high) if sep else first
-            except ValueError:
-                raise CpuSetError(f"invalid cpu list {text!r}") from None
-            if first < 0 or last < first:
-                raise CpuSetError(f"invalid cpu range {part!r} in {text!r}")
-            if last >= MAX_CPUS:
-                raise CpuSetError(f"cpu id {last} in {part!r} is not below {MAX_CPUS}")
-            cpus.update(range(first, last + 1))
-        return cls(cpus)
+        """``"0-3,8"`` -> {0, 1, 2, 3, 8}; empty text is the empty set.
+
+        Bounded as :func:`apis.bounded.parse_cpu_list` (256 KiB, ids below 8192, refused before
+        any range is expanded); :class:`CpuSetError` otherwise.
+        """
+        try:
+            return cls(parse_cpu_list(text, ""))
+        except CpuListError as err:
+            raise CpuSetError(str(err)) from None
 
     def ranges(self) -> Iterator[tuple[int, int]]:
         """Maximal runs of consecutive ids, in order."""

@@ -14,7 +14,8 @@ Pools (recomputed every pass from the snapshot):
 Per pod, the first rule that applies decides (all containers of a pod get the same set, the
 pod directory gets their union):
 
-1. a bound pod (resource-status cpuset) runs on its own CPUs;
+1. a bound pod (resource-status cpuset) runs on its own CPUs; a cpuset naming a CPU the host
+   does not have is treated as absent (logged once per pod and value) and binds no CPU;
 2. a NUMA-aware allocation (``numaNodeResources`` with cpu or batch-cpu) runs on the pool's
    CPUs of those NUMA nodes: the LS pool, or for a BE pod the BE pool (gate ``BECPUManager``;
    without it a BE pod goes on to the next rules);
@@ -41,7 +42,7 @@ import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -51,6 +52,7 @@ from agent.metrics.usage import host_app_cgroup
 from agent.qos import nodeinfo
 from agent.qos.framework import CgroupWrite, Gauge, LastPlan, NodeSnapshot, Outcome, PodState
 from apis import constants as k
+from apis.bounded import BoundedError, CpuListError, check_cpus, decode
 from apis.core import Node
 from apis.qos import KubeQoS, QoSClass
 
@@ -59,6 +61,7 @@ __all__ = [
     "SharePools",
     "be_full_cpuset",
     "bound_cpus",
+    "host_cpuset",
     "kubelet_cpu_policy",
     "kubelet_pinned_cpus",
     "node_excluded_cpus",
@@ -83,11 +86,19 @@ class _KubeletAlloc(msgspec.Struct, rename="camel"):
     cpuset: str = ""
 
 
+#: Most pod entries a ``pod-cpu-allocs`` annotation may list.
+MAX_ALLOCS: Final = 8192
+_POLICY: Final = msgspec.json.Decoder(_KubeletPolicy)
+_ALLOCS: Final = msgspec.json.Decoder(
+    Annotated[list[_KubeletAlloc], msgspec.Meta(max_length=MAX_ALLOCS)]
+)
+
+
 @functools.lru_cache(maxsize=64)
 def _parse_policy(text: str) -> str:
     try:
-        return msgspec.json.decode(text, type=_KubeletPolicy).policy
-    except msgspec.MsgspecError as err:
+        return decode(text, _POLICY, "").policy
+    except BoundedError as err:
         _log.warning("annotation %s ignored: %s", k.ANNOTATION_KUBELET_CPU_MANAGER_POLICY, err)
         return ""
 
@@ -95,12 +106,11 @@ def _parse_policy(text: str) -> str:
 @functools.lru_cache(maxsize=64)
 def _parse_allocs(text: str) -> CpuSet:
     try:
-        allocs = msgspec.json.decode(text, type=list[_KubeletAlloc])
         pinned: set[int] = set()
-        for alloc in allocs:
+        for alloc in decode(text, _ALLOCS, ""):
             pinned.update(CpuSet.parse(alloc.cpuset))
         return CpuSet(pinned)
-    except (msgspec.MsgspecError, CpuSetError) as err:
+    except (BoundedError, CpuSetError) as err:
         _log.warning("annotation %s ignored: %s", k.ANNOTATION_NODE_POD_CPU_ALLOCS, err)
         return CpuSet()
 
@@ -127,12 +137,36 @@ def node_excluded_cpus(node: Node) -> CpuSet:
     return excluded | system if exclusive else excluded
 
 
-def bound_cpus(pods: Iterable[PodState], *classes: QoSClass) -> CpuSet:
-    """CPUs bound (resource-status cpuset) to live pods of ``classes`` (all when none given)."""
+@functools.lru_cache(maxsize=4096)
+def _refused(owner: str, cpuset: CpuSet, host: CpuSet) -> None:
+    """Log, once per pod and value, a bound cpuset naming CPUs the host does not have."""
+    try:
+        check_cpus(cpuset, host, k.ANNOTATION_RESOURCE_STATUS)
+    except CpuListError as err:
+        _log.warning("%s: ignoring its bound cpuset: %s", owner, err)
+
+
+def host_cpuset(pod: PodState, host: CpuSet) -> CpuSet | None:
+    """The pod's bound cpuset (resource-status) when the host has every CPU of it; ``None``
+    when it has none, or names a CPU out of range (then it is treated as absent, logged once
+    per pod and value)."""
+    if not pod.cpuset:
+        return None
+    if pod.cpuset <= host:
+        return pod.cpuset
+    _refused(f"pod {pod.namespace}/{pod.name}", pod.cpuset, host)
+    return None
+
+
+def bound_cpus(pods: Iterable[PodState], *classes: QoSClass, host: CpuSet | None = None) -> CpuSet:
+    """CPUs bound (resource-status cpuset) to live pods of ``classes`` (all when none given);
+    with ``host``, a cpuset naming a CPU the host does not have binds nothing."""
     found: set[int] = set()
     for pod in pods:
-        if pod.cpuset and not pod.pod.is_terminated and (not classes or pod.qos in classes):
-            found.update(pod.cpuset)
+        if not pod.cpuset or pod.pod.is_terminated or (classes and pod.qos not in classes):
+            continue
+        cpus = pod.cpuset if host is None else host_cpuset(pod, host)
+        found.update(cpus or ())
     return CpuSet(found)
 
 
@@ -152,11 +186,11 @@ class SharePools:
 
 def share_pools(snapshot: NodeSnapshot) -> SharePools:
     """Both share pools of the node (see the module docstring)."""
-    base = CpuSet(c.cpu for c in snapshot.cpus)
-    base = base - kubelet_pinned_cpus(snapshot.node) - node_excluded_cpus(snapshot.node)
+    every = CpuSet(c.cpu for c in snapshot.cpus)
+    base = every - kubelet_pinned_cpus(snapshot.node) - node_excluded_cpus(snapshot.node)
     return SharePools(
-        ls=base - bound_cpus(snapshot.pods),
-        be=base - bound_cpus(snapshot.pods, QoSClass.LSE),
+        ls=base - bound_cpus(snapshot.pods, host=every),
+        be=base - bound_cpus(snapshot.pods, QoSClass.LSE, host=every),
     )
 
 
@@ -164,7 +198,8 @@ def be_full_cpuset(snapshot: NodeSnapshot) -> CpuSet:
     """What BE work gets when nothing suppresses it: every CPU less the exclusive SYSTEM
     cpuset, the node-reserved CPUs and the CPUs of LSE pods."""
     every = CpuSet(c.cpu for c in snapshot.cpus)
-    return every - node_excluded_cpus(snapshot.node) - bound_cpus(snapshot.pods, QoSClass.LSE)
+    lse = bound_cpus(snapshot.pods, QoSClass.LSE, host=every)
+    return every - node_excluded_cpus(snapshot.node) - lse
 
 
 # --- the strategy ------------------------------------------------------------------------------
@@ -247,8 +282,9 @@ class CpusetPool:
         snapshot: NodeSnapshot, pod: PodState, pools: SharePools, *, kubelet_static: bool
     ) -> tuple[CpuSet, str] | None:
         """The cpuset of ``pod``'s containers and why; ``None`` when this strategy leaves it."""
-        if pod.cpuset:
-            return pod.cpuset, f"bound {pod.qos or 'pod'} cpuset"
+        bound = host_cpuset(pod, CpuSet(c.cpu for c in snapshot.cpus))
+        if bound is not None:
+            return bound, f"bound {pod.qos or 'pod'} cpuset"
         nodes = _numa_nodes(pod)
         if nodes:
             if pod.qos is not QoSClass.BE:

@@ -56,7 +56,6 @@ feature names; absent = every feature, invalid = none) allows the feature; ``CPU
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 from collections import deque
@@ -71,6 +70,7 @@ from agent.cgroups.resources import Resource
 from agent.qos.framework import Eviction, Gauge, NodeSnapshot, Outcome, PodState
 from agent.qos.settings import EvictSettings, QoSSettings
 from apis import constants as k
+from apis.bounded import decode_any
 from apis.core import container_requests
 from apis.qos import KubeQoS, PriorityClass, QoSClass, sub_priority
 
@@ -172,7 +172,7 @@ def allows(pod: PodState, feature: str) -> bool:
     if text is None:
         return True
     try:
-        allowed = json.loads(text)
+        allowed = decode_any(text, k.ANNOTATION_EVICTION_POLICY)
     except ValueError:
         return False
     return isinstance(allowed, list) and feature in allowed

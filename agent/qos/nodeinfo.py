@@ -2,8 +2,9 @@
 
 All functions are pure and cheap: each annotation's text is parsed once and the result is
 cached by the text itself (so a steady node costs a dictionary lookup per pass). An
-annotation that is not valid JSON, or whose values do not parse, is logged once (per object
-and text) and treated as absent; a pass never fails because of one.
+annotation that is not valid JSON, or whose values do not parse, or that is past the bounds of
+:mod:`apis.bounded` (256 KiB, nesting 32 deep, cpu ids below 8192, 1024 NUMA nodes), is logged
+once (per object and text) and treated as absent; a pass never fails because of one.
 
 Node:
 
@@ -27,10 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgspec
-
 from agent.cgroups.cpuset import CpuSet, CpuSetError
 from apis import constants as k
+from apis.bounded import BoundedError, decode_any
 from apis.codec import decode_as
 from apis.core import Node, Pod
 from apis.errors import DecodeError
@@ -57,6 +57,8 @@ _log = logging.getLogger(__name__)
 _CPU: Final = k.RESOURCE_CPU
 _MEMORY: Final = k.RESOURCE_MEMORY
 _CACHE_SIZE: Final = 4096
+#: Most NUMA nodes a resource status may list (Linux allows 1024).
+MAX_NUMA_NODES: Final = 1024
 _NO_CPUS: Final = CpuSet()
 _NO_RESOURCES: Final = ResourceList()
 # Fields of the pod-level burst config (the node-level ``sharePoolThresholdPercent`` is not one).
@@ -103,9 +105,9 @@ class _InvalidError(ValueError):
 
 def _json(text: str) -> Any:
     try:
-        return msgspec.json.decode(text)
-    except msgspec.DecodeError as err:
-        raise _InvalidError(f"invalid JSON: {err}") from None
+        return decode_any(text, "")
+    except BoundedError as err:
+        raise _InvalidError(str(err)) from None
 
 
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:
@@ -160,10 +162,12 @@ def _parse_resource_status(text: str) -> ResourceStatus:
     entries = raw.get("numaNodeResources") or []
     if not isinstance(entries, list):
         raise _InvalidError(f"numaNodeResources must be a list, got {type(entries).__name__}")
+    if len(entries) > MAX_NUMA_NODES:
+        raise _InvalidError(f"numaNodeResources: {len(entries)} entries, at most {MAX_NUMA_NODES}")
     for i, entry in enumerate(entries):
         item = _mapping(entry, f"numaNodeResources[{i}]")
         node = item.get("node", 0)
-        if isinstance(node, bool) or not isinstance(node, int) or node < 0:
+        if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < MAX_NUMA_NODES:
             raise _InvalidError(f"numaNodeResources[{i}].node must be a NUMA node id, got {node!r}")
         numa.append(
             NumaResources(node, _resources(item.get("resources"), f"numaNodeResources[{i}]"))

@@ -21,17 +21,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
 from apis import constants as k
+from apis.bounded import BoundedError, decode
 from apis.devicenames import translated
 from apis.quantity import QuantityError
 from apis.resources import ResourceList
 
 __all__ = [
     "EMPTY_ALLOCATION",
+    "MAX_DEVICES",
     "NODE_LOCKS",
     "NODE_LOCK_EXPIRY",
     "AdaptError",
@@ -114,7 +116,14 @@ class _WireEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     extension: _WireExtension | None = None
 
 
-_DECODER: Final = msgspec.json.Decoder(dict[str, list[_WireEntry]])
+#: Most devices of one type an allocation may list, and most device types.
+MAX_DEVICES: Final = 1024
+MAX_TYPES: Final = 16
+_Wire = Annotated[
+    dict[str, Annotated[list[_WireEntry], msgspec.Meta(max_length=MAX_DEVICES)]],
+    msgspec.Meta(max_length=MAX_TYPES),
+]
+_DECODER: Final = msgspec.json.Decoder(_Wire)
 _ENCODER: Final = msgspec.json.Encoder()
 
 
@@ -168,11 +177,11 @@ def _from_wire(device_type: str, entry: _WireEntry) -> AllocatedDevice:
 
 def parse_allocation(text: str) -> Allocation:
     """An annotation value back into an :class:`Allocation`; :class:`AllocationFormatError`
-    when it is not one."""
+    when it is not one (or is past the bounds: 256 KiB, 16 types, 1024 devices per type)."""
     try:
-        wire = _DECODER.decode(text)
-    except (msgspec.ValidationError, msgspec.DecodeError) as err:
-        raise AllocationFormatError(f"invalid device allocation {text!r}: {err}") from None
+        wire = decode(text, _DECODER, "device allocation")
+    except BoundedError as err:
+        raise AllocationFormatError(f"invalid {err}") from None
     return Allocation(
         {
             device_type: tuple(_from_wire(device_type, entry) for entry in entries)

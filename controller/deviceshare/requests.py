@@ -31,6 +31,7 @@ from typing import Final, Literal, TypeVar
 import msgspec
 
 from apis import constants as k
+from apis.bounded import BoundedError, decode
 from apis.core import Pod, pod_requests
 from apis.labels import Selector, SelectorError
 from apis.meta import LabelSelector
@@ -334,9 +335,9 @@ def _decode(decoder: msgspec.json.Decoder[_T], pod: Pod, key: str) -> _T | None:
     if not text:
         return None
     try:
-        return decoder.decode(text)
-    except (msgspec.ValidationError, msgspec.DecodeError) as err:
-        raise _InvalidError(f"invalid annotation {key}: {err}") from None
+        return decode(text, decoder, f"invalid annotation {key}")
+    except BoundedError as err:
+        raise _InvalidError(str(err)) from None
 
 
 def _annotations(

@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
 from apis import constants as k
+from apis.bounded import decode
 from apis.core import Pod
 from apis.devicenames import translated
 from apis.labels import Selector
@@ -24,6 +25,7 @@ from apis.quantity import QuantityError, to_canonical
 from apis.resources import ResourceList
 from apis.scheduling import Device, DeviceInfo, VirtualFunction, VirtualFunctionGroup
 from controller.deviceshare.annotation import (
+    MAX_DEVICES,
     AllocatedDevice,
     Allocation,
     AllocationFormatError,
@@ -135,20 +137,24 @@ PartitionTable = Mapping[int, tuple[GPUPartition, ...]]
 
 
 class _WirePartition(msgspec.Struct, frozen=True, kw_only=True):
-    minors: tuple[int, ...]
+    minors: Annotated[tuple[int, ...], msgspec.Meta(max_length=MAX_DEVICES)]
     gpu_link_type: str = msgspec.field(default="", name="gpuLinkType")
     ring_bus_bandwidth: str = msgspec.field(default="", name="ringBusBandwidth")
     allocation_score: int = msgspec.field(default=1, name="allocationScore")
 
 
-_PARTITIONS: Final = msgspec.json.Decoder(dict[str, list[_WirePartition]])
+_WirePartitions = Annotated[
+    dict[str, Annotated[list[_WirePartition], msgspec.Meta(max_length=MAX_DEVICES)]],
+    msgspec.Meta(max_length=MAX_DEVICES),
+]
+_PARTITIONS: Final = msgspec.json.Decoder(_WirePartitions)
 
 
 def parse_partitions(text: str) -> dict[int, tuple[GPUPartition, ...]]:
     """The Device annotation ``scheduling.koordinator.sh/gpu-partitions``; ValueError when it
-    cannot be read."""
+    cannot be read (or is past the bounds: 256 KiB, 1024 sizes, partitions and minors)."""
     try:
-        wire = _PARTITIONS.decode(text)
+        wire = decode(text, _PARTITIONS, "partition table")
         table: dict[int, tuple[GPUPartition, ...]] = {}
         for count, partitions in wire.items():
             table[int(count)] = tuple(
@@ -164,7 +170,7 @@ def parse_partitions(text: str) -> dict[int, tuple[GPUPartition, ...]]:
                 )
                 for p in partitions
             )
-    except (msgspec.ValidationError, msgspec.DecodeError, QuantityError, ValueError) as err:
+    except (QuantityError, ValueError) as err:
         raise ValueError(f"invalid GPU partition table: {err}") from None
     return table
 

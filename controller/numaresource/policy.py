@@ -32,6 +32,7 @@ from typing import Final, Literal, TypeVar
 import msgspec
 
 from apis import constants as k
+from apis.bounded import BoundedError, decode
 from apis.core import Node, Pod, pod_requests
 from apis.qos import PriorityClass, priority_class
 from controller.numaresource.args import NodeNUMAResourceArgs
@@ -141,9 +142,9 @@ def _decode(pod: Pod, key: str, target: type[_Spec]) -> _Spec | Rejection:
     if not text:
         return target()
     try:
-        return msgspec.json.decode(text, type=target)
-    except msgspec.DecodeError as err:
-        return Rejection("Error", f"invalid annotation {key}: {err}")
+        return decode(text, target, f"invalid annotation {key}")
+    except BoundedError as err:
+        return Rejection("Error", str(err))
 
 
 @dataclass(frozen=True, slots=True)

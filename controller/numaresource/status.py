@@ -7,6 +7,7 @@ cpuset. Cpu lists are the kernel's format: ascending ids, every run of consecuti
 
 :func:`bound_cpus` is what pods already hold on a node: the union of the cpusets of its pods
 that have not finished. A pod whose annotation cannot be read holds nothing (logged).
+The annotation is untrusted text, read within the bounds of :mod:`apis.bounded`.
 """
 
 from __future__ import annotations
@@ -15,17 +16,29 @@ import functools
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
 from apis import constants as k
+from apis.bounded import (
+    MAX_CPUS,
+    MAX_TEXT,
+    BoundedError,
+    CpuListError,
+    decode,
+    format_cpu_list,
+    parse_cpu_list,
+)
 from apis.core import Pod
 from apis.quantity import QuantityError
 from apis.resources import ResourceList
 
 __all__ = [
     "FINISHED_PHASES",
+    "MAX_CPUS",
+    "MAX_NUMA_NODES",
+    "MAX_TEXT",
     "CpuListError",
     "NUMANodeResource",
     "ResourceStatus",
@@ -36,6 +49,7 @@ __all__ = [
     "parse_cpu_list",
     "parse_resource_status",
     "pod_resource_status",
+    "read_pod_resource_status",
 ]
 
 _log = logging.getLogger(__name__)
@@ -43,54 +57,8 @@ _log = logging.getLogger(__name__)
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
-#: Linux supports at most 8192 logical CPUs (``CONFIG_NR_CPUS``); larger ids are refused.
-MAX_CPUS: Final = 8192
-#: Kubernetes bounds all annotations of an object to 256 KiB together.
-MAX_TEXT: Final = 256 * 1024
-
-
-class CpuListError(ValueError):
-    """Text that is not a cpu list."""
-
-
 class ResourceStatusError(ValueError):
     """A ``resource-status`` annotation that cannot be used."""
-
-
-def format_cpu_list(cpus: Iterable[int]) -> str:
-    """``{0, 1, 2, 3, 8, 10, 11}`` -> ``"0-3,8,10-11"``; the empty set is ``""``."""
-    parts: list[str] = []
-    ordered = sorted(set(cpus))
-    start = 0
-    for index in range(1, len(ordered) + 1):
-        if index < len(ordered) and ordered[index] == ordered[index - 1] + 1:
-            continue
-        first, last = ordered[start], ordered[index - 1]
-        parts.append(str(first) if first == last else f"{first}-{last}")
-        start = index
-    return ",".join(parts)
-
-
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """``"0-3,8"`` -> ``{0, 1, 2, 3, 8}``; blank text is the empty set."""
-    if len(text) > MAX_TEXT:
-        raise CpuListError(f"cpu list too long: {len(text)} characters, at most {MAX_TEXT}")
-    cpus: set[int] = set()
-    for raw in text.split(","):
-        part = raw.strip()
-        if not part:
-            continue
-        low, dash, high = part.partition("-")
-        if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
-            raise CpuListError(f"invalid cpu list {text!r}: {part!r}")
-        first = int(low)
-        last = int(high) if dash else first
-        if last < first:
-            raise CpuListError(f"invalid cpu list {text!r}: range {part!r} runs backwards")
-        if last >= MAX_CPUS:
-            raise CpuListError(f"cpu id {last} in {part!r} is not below {MAX_CPUS}")
-        cpus.update(range(first, last + 1))
-    return frozenset(cpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,14 +77,20 @@ class ResourceStatus:
     numa_node_resources: tuple[NUMANodeResource, ...] = ()
 
 
+#: Most NUMA nodes a status may list (Linux allows 1024, ``CONFIG_NODES_SHIFT`` 10).
+MAX_NUMA_NODES: Final = 1024
+
+
 class _WireNUMA(msgspec.Struct, frozen=True, gc=False):
-    node: int = 0
-    resources: dict[str, str | int] = {}
+    node: Annotated[int, msgspec.Meta(ge=0, lt=MAX_NUMA_NODES)] = 0
+    resources: Annotated[dict[str, str | int], msgspec.Meta(max_length=64)] = {}
 
 
 class _WireStatus(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, rename="camel"):
     cpuset: str = ""
-    numa_node_resources: tuple[_WireNUMA, ...] = ()
+    numa_node_resources: Annotated[
+        tuple[_WireNUMA, ...], msgspec.Meta(max_length=MAX_NUMA_NODES)
+    ] = ()
 
 
 _DECODER: Final = msgspec.json.Decoder(_WireStatus)
@@ -142,39 +116,47 @@ def _resources(raw: Mapping[str, Any], where: str) -> ResourceList:
 
 
 def parse_resource_status(text: str) -> ResourceStatus:
-    """The status of an annotation value; :class:`ResourceStatusError` if it is not one."""
+    """The status of an annotation value; :class:`ResourceStatusError` if it is not one (text
+    over 256 KiB, a cpuset naming a CPU id of 8192 or more, more than 1024 NUMA entries)."""
     try:
-        wire = _DECODER.decode(text)
-    except msgspec.DecodeError as err:
-        raise ResourceStatusError(f"invalid resource status: {err}") from None
-    try:
-        cpuset = parse_cpu_list(wire.cpuset)
-    except CpuListError as err:
-        raise ResourceStatusError(f"cpuset: {err}") from None
-    numa: list[NUMANodeResource] = []
-    for index, entry in enumerate(wire.numa_node_resources):
-        if entry.node < 0:
-            raise ResourceStatusError(f"numaNodeResources[{index}].node: {entry.node} < 0")
-        resources = _resources(entry.resources, f"numaNodeResources[{index}].resources")
-        numa.append(NUMANodeResource(node=entry.node, resources=resources))
-    return ResourceStatus(cpuset=cpuset, numa_node_resources=tuple(numa))
+        wire = decode(text, _DECODER, "resource status")
+        cpuset = parse_cpu_list(wire.cpuset, "cpuset")
+    except BoundedError as err:
+        raise ResourceStatusError(str(err)) from None
+    numa = tuple(
+        NUMANodeResource(
+            node=entry.node,
+            resources=_resources(entry.resources, f"numaNodeResources[{index}].resources"),
+        )
+        for index, entry in enumerate(wire.numa_node_resources)
+    )
+    return ResourceStatus(cpuset=cpuset, numa_node_resources=numa)
 
 
 @functools.lru_cache(maxsize=65536)
-def _cached(text: str) -> ResourceStatus | None:
+def _cached(text: str) -> ResourceStatus | ResourceStatusError:
     try:
         return parse_resource_status(text)
     except ResourceStatusError as err:
         _log.warning("ignoring pod annotation %s: %s", k.ANNOTATION_RESOURCE_STATUS, err)
-        return None
+        return err
 
 
-def pod_resource_status(pod: Pod) -> ResourceStatus | None:
-    """The pod's status; ``None`` when the annotation is absent or cannot be read."""
+def read_pod_resource_status(pod: Pod) -> ResourceStatus | ResourceStatusError | None:
+    """The pod's status, why it cannot be read, or ``None`` when the annotation is absent.
+
+    Parsed (and a refusal logged) once per distinct annotation text.
+    """
     text = pod.metadata.annotations.get(k.ANNOTATION_RESOURCE_STATUS)
     if not text:
         return None
     return _cached(text)
+
+
+def pod_resource_status(pod: Pod) -> ResourceStatus | None:
+    """The pod's status; ``None`` when the annotation is absent or cannot be read."""
+    found = read_pod_resource_status(pod)
+    return None if isinstance(found, ResourceStatusError) else found
 
 
 def bound_cpus(pods: Iterable[Pod]) -> frozenset[int]:

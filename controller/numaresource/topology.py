@@ -7,6 +7,7 @@ renumbered densely in that pair's order.
 
 A topology is valid when it has at least one CPU (and so a core, a NUMA node and a socket).
 A missing annotation, text that is not the document above, a negative id or a CPU listed twice
+(or a document past the bounds of :mod:`apis.bounded`: 256 KiB, 8192 CPUs, ids below 8192)
 gives the empty topology, which is invalid: CPU binding on that node is refused with
 :data:`INVALID_CPU_TOPOLOGY`.
 """
@@ -22,6 +23,7 @@ from typing import Annotated, Final
 import msgspec
 
 from apis import constants as k
+from apis.bounded import MAX_CPUS, BoundedError, decode
 from apis.core import Node
 
 __all__ = [
@@ -91,7 +93,7 @@ class CPUTopology:
 
 _EMPTY: Final = CPUTopology()
 
-_Id = Annotated[int, msgspec.Meta(ge=0)]
+_Id = Annotated[int, msgspec.Meta(ge=0, lt=MAX_CPUS)]
 
 
 class _Entry(msgspec.Struct, frozen=True, gc=False):
@@ -102,7 +104,7 @@ class _Entry(msgspec.Struct, frozen=True, gc=False):
 
 
 class _Document(msgspec.Struct, frozen=True, gc=False):
-    detail: tuple[_Entry, ...] = ()
+    detail: Annotated[tuple[_Entry, ...], msgspec.Meta(max_length=MAX_CPUS)] = ()
 
 
 _DECODER: Final = msgspec.json.Decoder(_Document)
@@ -133,11 +135,12 @@ def build_topology(entries: tuple[tuple[int, int, int, int], ...]) -> CPUTopolog
 
 
 def parse_cpu_topology(text: str) -> CPUTopology:
-    """The topology of an annotation's text; :class:`CPUTopologyError` if it is not one."""
+    """The topology of an annotation's text; :class:`CPUTopologyError` if it is not one (over
+    256 KiB, more than 8192 CPUs, an id of 8192 or more)."""
     try:
-        document = _DECODER.decode(text)
-    except msgspec.DecodeError as err:
-        raise CPUTopologyError(f"invalid cpu topology: {err}") from None
+        document = decode(text, _DECODER, "cpu topology")
+    except BoundedError as err:
+        raise CPUTopologyError(str(err)) from None
     return build_topology(tuple((e.id, e.core, e.socket, e.node) for e in document.detail))
 
 

@@ -36,6 +36,7 @@ from typing import TypeVar
 import msgspec
 
 from apis import constants as k
+from apis.bounded import BoundedError, decode
 from apis.core import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
@@ -122,11 +123,9 @@ def _decode(key: str, text: str, target: type[_T]) -> _T:
     if not text.strip():
         return msgspec.convert({}, target)
     try:
-        return msgspec.json.decode(text, type=target)
-    except msgspec.ValidationError as err:
+        return decode(text, target, "")
+    except BoundedError as err:
         raise AnnotationError(key, str(err)) from None
-    except msgspec.DecodeError as err:
-        raise AnnotationError(key, f"invalid JSON: {err}") from None
 
 
 def parse_reservation_affinity(pod: Pod) -> ReservationAffinity | None:

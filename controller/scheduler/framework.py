@@ -44,7 +44,11 @@ Reservations, PodGroups, quotas) also implements :class:`ClusterStatePlugin`: th
 ``sync(snapshot, table)`` once per pass, before scheduling, with the store snapshot; the
 plugin rebuilds whatever per-node state it keeps (aligned to ``table.index``) and returns
 True when something changed that may let unschedulable pods fit (they are then retried).
-Its Reserve/Unreserve keep that state in step with the pods placed during the pass.
+Its Reserve/Unreserve keep that state in step with the pods placed during the pass. One that
+refuses an object's annotation while syncing (a bound pod's cpuset naming CPUs its node does
+not have) treats it as absent and implements :class:`WarningPlugin`: after the syncs the loop
+takes each refusal once and records it as a Warning Event :data:`INVALID_ANNOTATION` on that
+object.
 
 Two optional class attributes let the cycle do less per pod without changing an answer:
 
@@ -331,6 +335,17 @@ class Plugin(Protocol):
 @runtime_checkable
 class ClusterStatePlugin(Plugin, Protocol):
     def sync(self, snapshot: Snapshot, table: NodeTable) -> bool: ...
+
+
+#: Event reason on an object whose annotation a plugin refused (and treats as absent).
+INVALID_ANNOTATION = "InvalidAnnotation"
+
+
+@runtime_checkable
+class WarningPlugin(Plugin, Protocol):
+    def take_warnings(self) -> Sequence[tuple[Pod, str]]:
+        """The (pod, message) refusals found since the last call, each handed out once."""
+        ...
 
 
 @runtime_checkable

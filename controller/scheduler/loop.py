@@ -252,6 +252,8 @@ class SchedulerLoop:
         self._reservation = next(
             (p for p in self._stateful if isinstance(p, ReservationPlugin)), None
         )
+        #: Plugins that refuse annotations while syncing (``WarningPlugin``).
+        self._warners = tuple(p for p in self._stateful if isinstance(p, fw.WarningPlugin))
         #: Plugins that read the loop's clock (``TimedPlugin``).
         self._timed = tuple(timed.values())
         #: Permit plugins that hold pods (``WaitingPermitPlugin``).
@@ -352,6 +354,13 @@ class SchedulerLoop:
             timed.set_time(now)
         for plugin in self._stateful:
             moved = plugin.sync(snapshot, self._table) or moved
+        for warner in self._warners:
+            for pod, message in warner.take_warnings():
+                log.warning("pod %s: %s", pod_key(pod), message)
+                if self._recorder is not None:
+                    self._recorder.record(
+                        pod, type=WARNING, reason=fw.INVALID_ANNOTATION, message=message
+                    )
         moved = self._sync_reservations() or moved
         if moved:
             released = self._queue.move_all()

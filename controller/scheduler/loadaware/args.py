@@ -17,7 +17,6 @@ leaves out keeps the args' value).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any, Final
@@ -25,6 +24,7 @@ from typing import Any, Final
 import msgspec
 
 from apis import constants as k
+from apis.bounded import decode_any
 from apis.codec import decode_as
 from apis.duration import Duration
 from apis.errors import DecodeError
@@ -269,7 +269,7 @@ class NodeThresholds(msgspec.Struct, frozen=True, kw_only=True):
 
 def _decode_custom(text: str) -> CustomUsageThresholds | None:
     try:
-        custom = decode_as(json.loads(text), CustomUsageThresholds)
+        custom = decode_as(decode_any(text, ""), CustomUsageThresholds)
     except (ValueError, DecodeError) as err:
         log.debug("ignoring annotation %s: %s", k.ANNOTATION_USAGE_THRESHOLDS, err)
         return None

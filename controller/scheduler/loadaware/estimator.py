@@ -11,13 +11,13 @@ expected to use 250 millicores and 200 MiB.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Final
 
 from apis import constants as k
+from apis.bounded import decode_any
 from apis.core import Container, Pod, ResourceRequirements, pod_requests
 from apis.qos import PriorityClass, priority_class
 from controller.scheduler.loadaware.args import LoadAwareArgs
@@ -108,7 +108,7 @@ def _annotation_json(pod: Pod, key: str) -> object:
     if not text:
         return None
     try:
-        return json.loads(text)
+        return decode_any(text, key)
     except ValueError:
         log.debug("pod %s/%s: ignoring annotation %s", pod.namespace, pod.name, key)
         return None
@@ -176,12 +176,17 @@ def is_reserve_pod(pod: Pod) -> bool:
 # --- forced estimation -------------------------------------------------------------------------
 
 
+#: Longest forced-estimation window an annotation may ask for (about 31 years); a longer one
+#: is not read (a ``timedelta`` of it would overflow).
+_MAX_SECONDS: Final = 10**9
+
+
 def _annotation_seconds(pod: Pod, key: str) -> int | None:
     value = _annotation_json(pod, key)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_SECONDS:
         return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
     return None
 
 

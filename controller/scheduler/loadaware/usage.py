@@ -24,7 +24,6 @@ Reserve pods and terminated pods never count. Vectors are tuples of integers in 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -33,6 +32,7 @@ from typing import Final
 import msgspec
 
 from apis import constants as k
+from apis.bounded import decode_any
 from apis.core import Node, Pod
 from apis.duration import Duration
 from apis.qos import PriorityClass, priority_class
@@ -96,7 +96,7 @@ def node_capacity(node: Node) -> ResourceList:
     if not text:
         return allocatable
     try:
-        raw = ResourceList.parse(json.loads(text))
+        raw = ResourceList.parse(decode_any(text, k.ANNOTATION_NODE_RAW_ALLOCATABLE))
     except ValueError as err:
         log.debug("node %s: ignoring %s: %s", node.name, k.ANNOTATION_NODE_RAW_ALLOCATABLE, err)
         return allocatable

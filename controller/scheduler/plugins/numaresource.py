@@ -22,7 +22,9 @@ extension points:
   score 0 everywhere.
 
 ``sync`` reads the Nodes (their ``cpu-topology`` annotation, which the node table does not
-keep) and the pods holding a cpuset, node by node.
+keep) and the pods holding a cpuset, node by node. A bound pod whose ``resource-status`` cannot
+be read, or names a CPU its node's topology does not have, holds nothing: it is refused once
+per pod and value with a Warning Event (``fw.WarningPlugin``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from apis import constants as k
+from apis.bounded import CpuListError, check_cpus
 from apis.core import Node, Pod
 from apis.kinds import default_registry
 from controller.numaresource.allocator import NOT_ENOUGH_CPUS, allocate, numa_node_resources
@@ -51,7 +54,9 @@ from controller.numaresource.policy import (
 from controller.numaresource.status import (
     FINISHED_PHASES,
     ResourceStatus,
+    ResourceStatusError,
     encode_resource_status,
+    read_pod_resource_status,
 )
 from controller.numaresource.topology import CPUTopology, node_topology
 from controller.scheduler import framework as fw
@@ -112,6 +117,11 @@ class NodeNUMAResource:
         self._node_view: tuple[object, ...] | None = None
         self._nodes: dict[str, Node] = {}
         self._pod_view: tuple[object, ...] | None = None
+        #: The node view ``_by_node`` was checked against.
+        self._checked_nodes: tuple[object, ...] | None = None
+        #: uid -> the refusal of its annotation already handed out; and those not yet.
+        self._refused: dict[str, str] = {}
+        self._warnings: list[tuple[Pod, str]] = []
         #: Node name -> uid -> assigned pod holding a cpuset.
         self._by_node: dict[str, dict[str, Pod]] = {}
         #: uid -> (node, CPUs) of pods this plugin reserved and the store does not show yet.
@@ -150,10 +160,12 @@ class NodeNUMAResource:
         return changed
 
     def _sync_pods(self, pods: tuple[object, ...]) -> None:
-        if pods is self._pod_view:
+        if pods is self._pod_view and self._node_view is self._checked_nodes:
             return
         self._pod_view = pods
+        self._checked_nodes = self._node_view
         by_node: dict[str, dict[str, Pod]] = {}
+        refused: dict[str, str] = {}
         for obj in pods:
             pod = cast("Pod", obj)
             node = pod.spec.node_name
@@ -164,8 +176,35 @@ class NodeNUMAResource:
             if pod.status.phase in FINISHED_PHASES:
                 continue
             if k.ANNOTATION_RESOURCE_STATUS in pod.metadata.annotations:
-                by_node.setdefault(node, {})[uid] = pod
+                problem = self._refusal(pod, node)
+                if problem is None:
+                    by_node.setdefault(node, {})[uid] = pod
+                    continue
+                refused[uid] = problem
+                if self._refused.get(uid) != problem:
+                    self._warnings.append((pod, problem))
         self._by_node = by_node
+        self._refused = refused
+
+    def _refusal(self, pod: Pod, node_name: str) -> str | None:
+        """Why the bound pod's ``resource-status`` holds nothing; ``None`` when it holds."""
+        found = read_pod_resource_status(pod)
+        error: ValueError | None = found if isinstance(found, ResourceStatusError) else None
+        node = self._nodes.get(node_name)
+        if isinstance(found, ResourceStatus) and node is not None:
+            topology = node_topology(node)
+            if topology.valid:
+                try:
+                    check_cpus(found.cpuset, topology.ids, "cpuset")
+                except CpuListError as err:
+                    error = err
+        if error is None:
+            return None
+        return f"annotation {k.ANNOTATION_RESOURCE_STATUS} ignored: {error}"
+
+    def take_warnings(self) -> list[tuple[Pod, str]]:
+        taken, self._warnings = self._warnings, []
+        return taken
 
     def _node(self, table: NodeTable, row: int) -> Node:
         name = table.names[row]

@@ -1,0 +1,1 @@
+"""QoS loop tests that need nothing but a fake host tree."""
