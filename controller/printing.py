@@ -8,13 +8,13 @@ Every function here is pure: the current time is an argument.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from apis import bounded
 from apis.codec import to_builtins
 from apis.kinds import Kind
 from apis.meta import Object
@@ -930,7 +930,7 @@ def _diagnosis(annotations: Any) -> list[str]:
     if not isinstance(annotations, Mapping) or _DIAGNOSIS not in annotations:
         return []
     try:
-        counts = json.loads(annotations[_DIAGNOSIS])
+        counts = bounded.decode_any(annotations[_DIAGNOSIS], _DIAGNOSIS)
     except ValueError:
         return []
     if not isinstance(counts, Mapping):

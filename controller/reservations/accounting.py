@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import msgspec
 
+from apis import bounded
 from apis import constants as k
 from apis.meta import Model
 from apis.quantity import QuantityError
@@ -105,9 +106,11 @@ def node_reserved(reservation: Reservation) -> ResourceList:
     if not text:
         return _EMPTY
     try:
-        raw = msgspec.json.decode(text, type=_NodeReservationAnnotation)
+        raw = bounded.decode(text, _NodeReservationAnnotation, key, depth=bounded.MAX_DEPTH)
         return ResourceList.parse({name: str(v) for name, v in raw.resources.items()})
-    except (msgspec.ValidationError, msgspec.DecodeError, QuantityError) as err:
+    except bounded.BoundedError as err:
+        raise AnnotationError(key, err.detail) from None
+    except QuantityError as err:
         raise AnnotationError(key, str(err)) from None
 
 

@@ -28,6 +28,7 @@ from typing import Final
 
 import msgspec
 
+from apis import bounded
 from apis import constants as k
 from apis.core import Container, Pod, PodSpec, PodStatus, ResourceRequirements, pod_requests
 from apis.meta import Model, ObjectMeta
@@ -86,9 +87,11 @@ def resize_allocatable(reservation: Reservation) -> ResourceList | None:
     if text is None:
         return None
     try:
-        raw = msgspec.json.decode(text, type=_ResizeAllocatable)
+        raw = bounded.decode(text, _ResizeAllocatable, key, depth=bounded.MAX_DEPTH)
         return ResourceList.parse({name: str(value) for name, value in raw.resources.items()})
-    except (msgspec.ValidationError, msgspec.DecodeError, QuantityError) as err:
+    except bounded.BoundedError as err:
+        raise AnnotationError(key, err.detail) from None
+    except QuantityError as err:
         raise AnnotationError(key, str(err)) from None
 
 

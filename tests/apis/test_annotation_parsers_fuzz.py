@@ -24,6 +24,7 @@ from apis.core import Node, Pod, PodTemplateSpec
 from apis.meta import ObjectMeta
 from apis.scheduling import Reservation, ReservationSpec
 from controller import gangs
+from controller.descheduler.plugins.lownodeload.usage import capacity_of
 from controller.deviceshare import requests as device_requests
 from controller.deviceshare.annotation import AllocationFormatError, parse_allocation
 from controller.deviceshare.state import parse_partitions
@@ -36,6 +37,8 @@ from controller.numaresource.status import (
 )
 from controller.numaresource.topology import CPUTopologyError, parse_cpu_topology
 from controller.reservations import AnnotationError, affinity
+from controller.reservations.accounting import node_reserved
+from controller.reservations.reserve_pod import resize_allocatable
 from controller.scheduler.loadaware.args import load_args, node_thresholds
 from controller.scheduler.loadaware.estimator import estimation_deadline, scaling_factors
 from controller.scheduler.loadaware.usage import node_capacity
@@ -267,3 +270,30 @@ def test_hostile_values_are_refused_within_the_budget(name: str, text: str) -> N
 def test_the_attacks_of_the_issue_are_refused_within_the_budget(name: str, text: str) -> None:
     """Each of these escaped some parser as an exception (or a 4 GB set) before."""
     _check(*PARSERS[name], text)
+
+
+_DEEP = "[" * 200_000
+
+
+@pytest.mark.parametrize(
+    "read", [node_reserved, resize_allocatable], ids=["node-reservation", "resize-allocatable"]
+)
+def test_deep_reservation_resource_annotations_are_annotation_errors(
+    read: Callable[[Reservation], object],
+) -> None:
+    key = (
+        k.ANNOTATION_NODE_RESERVATION
+        if read is node_reserved
+        else k.ANNOTATION_RESERVATION_RESIZE_ALLOCATABLE
+    )
+    reservation = Reservation(
+        metadata=ObjectMeta(name="r", annotations={key: '{"resources": {"cpu": ' + _DEEP + "}}"}),
+        spec=ReservationSpec(template=PodTemplateSpec(), owners=()),
+    )
+    with pytest.raises(AnnotationError, match="nested deeper"):
+        read(reservation)
+
+
+def test_deep_raw_allocatable_leaves_the_descheduler_the_node_allocatable() -> None:
+    node = _node({k.ANNOTATION_NODE_RAW_ALLOCATABLE: _DEEP})
+    assert capacity_of(node) == node.allocatable

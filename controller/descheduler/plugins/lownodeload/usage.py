@@ -17,7 +17,6 @@ Amounts are integers in canonical units (millicores, bytes).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -25,6 +24,7 @@ from typing import Final
 
 import msgspec
 
+from apis import bounded
 from apis import constants as k
 from apis.core import Node, Pod
 from apis.qos import PriorityClass, priority_class
@@ -64,7 +64,7 @@ def capacity_of(node: Node) -> ResourceList:
     text = node.metadata.annotations.get(k.ANNOTATION_NODE_RAW_ALLOCATABLE)
     if text:
         try:
-            return ResourceList.parse(json.loads(text))
+            return ResourceList.parse(bounded.decode_any(text, k.ANNOTATION_NODE_RAW_ALLOCATABLE))
         except ValueError as err:
             log.debug(
                 "node %s: ignoring %s: %s",
