@@ -29,10 +29,12 @@ from controller.api.token import check_token
 from controller.config import ControllerConfig, queueing_plugins
 from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.metrics import DeschedulerMetrics
+from controller.errors import ConfigError
 from controller.ingest import Ingest
 from controller.liveness import Liveness
 from controller.loops import LOOPS, LoopRunner, build_loops
 from controller.nodefeed import NodeFeed
+from controller.persistence import Lost, StorageFull
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.metrics import QueueingMetrics
 from controller.reports import WITHOUT_REPORT
@@ -67,18 +69,30 @@ class Controller:
     components: list[lifecycle.Component] = field(default_factory=list)
 
 
-def open_store(cfg: ControllerConfig, state_dir: Path) -> Store:
-    """The store in ``state_dir``, the directory made (or narrowed to) 0700 first."""
+def open_store(cfg: ControllerConfig, state_dir: Path, *, start_fresh: bool | None = None) -> Store:
+    """The store in ``state_dir``, the directory made (or narrowed to) 0700 first.
+
+    A state directory that cannot hold the store is a :class:`ConfigError` (exit 2): no byte
+    free on its file system, or a store initialised there whose database is now missing or
+    empty (see :mod:`controller.persistence`; ``start_fresh``, default ``[store]
+    start_fresh``, starts an empty one instead).
+    """
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if state_dir.stat().st_mode & 0o777 != 0o700:
         log.info("narrowing state directory %s to mode 0700", state_dir)
         state_dir.chmod(0o700)
-    store = Store(
-        path=state_dir / STORE_FILE,
-        synchronous=cfg.store.synchronous,
-        without_report=WITHOUT_REPORT,
-        report_write_interval=cfg.store.report_write_interval,
-    )
+    try:
+        store = Store(
+            path=state_dir / STORE_FILE,
+            synchronous=cfg.store.synchronous,
+            without_report=WITHOUT_REPORT,
+            report_write_interval=cfg.store.report_write_interval,
+            start_fresh=cfg.store.start_fresh if start_fresh is None else start_fresh,
+        )
+    except Lost as err:
+        raise ConfigError(f"{err} ([store] start_fresh = true)") from None
+    except StorageFull as err:
+        raise ConfigError(str(err)) from None
     log.info(
         "store %s reloaded at resourceVersion %d", state_dir / STORE_FILE, store.resource_version
     )

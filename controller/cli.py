@@ -3,6 +3,8 @@
 Each takes the parsed ``argparse`` namespace from :mod:`koordpy.cli`, talks to the controller
 API named by ``--api`` (see :mod:`controller.api.address`), and returns the exit code. Output
 follows kubectl: ``pod/web created``, aligned tables, ``Error from server (NotFound): ...``.
+Lists are fetched in pages of 500 objects (kubectl's ``--chunk-size`` default), so a listing
+larger than one API message still arrives, consistent at its first page's resourceVersion.
 
 Input is checked completely before anything is sent: every document of every file is decoded
 and its metadata validated; one bad document fails the whole command and nothing is stored.
@@ -28,7 +30,7 @@ from apis.errors import ApiError, DecodeError, UnknownKind
 from apis.kinds import Kind, Registry
 from apis.meta import Object
 from controller import errors, printing
-from controller.api.client import Applied, Client, WatchEvent
+from controller.api.client import CHUNK_SIZE, Applied, Client, WatchEvent
 
 __all__ = ["apply", "delete", "describe", "get"]
 
@@ -114,6 +116,12 @@ def _namespace(kind: Kind, args: argparse.Namespace) -> str | None:
     if not kind.namespaced or getattr(args, "all_namespaces", False):
         return None
     return getattr(args, "namespace", None) or "default"
+
+
+def _chunk_size(args: argparse.Namespace) -> int:
+    """Objects fetched per List call (``--chunk-size``, as kubectl's; 0: all in one)."""
+    size = getattr(args, "chunk_size", None)
+    return CHUNK_SIZE if size is None else int(size)
 
 
 def _now() -> datetime:
@@ -326,7 +334,9 @@ def _get(args: argparse.Namespace) -> int:
                     print(_from_server(err), file=sys.stderr)
                     failed = True
         else:
-            objects, version = api.list(kind, namespace=namespace, selector=selector)
+            objects, version = api.list(
+                kind, namespace=namespace, selector=selector, chunk_size=_chunk_size(args)
+            )
             if names:
                 objects = [o for o in objects if o.metadata.name in names]
         context = _context(api, kind) if args.output == "wide" else None
@@ -350,7 +360,10 @@ def _get_many(args: argparse.Namespace) -> int:
         printed = False
         for kind in kinds:
             objects, _ = api.list(
-                kind, namespace=_namespace(kind, args), selector=args.selector or ""
+                kind,
+                namespace=_namespace(kind, args),
+                selector=args.selector or "",
+                chunk_size=_chunk_size(args),
             )
             if args.output in ("yaml", "json"):
                 everything.extend(objects)

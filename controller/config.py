@@ -15,6 +15,7 @@ Every key is optional; an unknown key is an error naming it (exit status 2). Exa
     [store]
     synchronous = "NORMAL"        # or "FULL": fsync every commit (survives power loss)
     report_write_interval = 60    # an agent's newer report reaches the state file this late
+    start_fresh = false           # true: start empty where a store was initialised and lost
 
     [metrics]
     address = ":9317"
@@ -81,6 +82,10 @@ class StoreSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: written to the state file; it is served and watched at once, and any other change to
     #: the object is written at once. 0 writes every report. Default 60 (one agent heartbeat).
     report_write_interval: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    #: Start an empty store even though the state directory's marker says one was initialised
+    #: there and its database is missing or empty (else the start is refused, exit 2). Set it
+    #: for the one start that is meant to begin again, then remove it. Default false.
+    start_fresh: bool = False
 
 
 class MetricsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -48,6 +48,8 @@ it keeps everything in memory and behaves the same, minus persistence. See
 from __future__ import annotations
 
 import asyncio
+import base64
+import bisect
 import builtins
 import enum
 import functools
@@ -57,12 +59,14 @@ import random
 import time
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar, cast
+
+import msgspec
 
 from apis import validation
 from apis.codec import decode_json
@@ -71,12 +75,12 @@ from apis.kinds import Kind, Registry, default_registry
 from apis.labels import Selector
 from apis.meta import Object, ObjectMeta
 from controller import admission, mutations
-from controller.errors import AlreadyExists, Conflict, Invalid, NotFound, StoreError
-from controller.persistence import Database, Synchronous, encode
+from controller.errors import AlreadyExists, Conflict, Expired, Invalid, NotFound, StoreError
+from controller.persistence import Database, StorageFull, Synchronous, encode
 from controller.snapshots import KindView, LazyView, Snapshot
 from controller.watching import Change, EventType, Watch, WatchEvent, WatchHub
 
-__all__ = ["EventType", "Outcome", "Snapshot", "Store", "Watch", "WatchEvent"]
+__all__ = ["EventType", "Outcome", "Page", "Snapshot", "Store", "Watch", "WatchEvent"]
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +174,85 @@ class _Transaction:
         self.changes.append(Change(event, kind, obj, previous, self.resource_version))
 
 
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a list (:meth:`Store.list_page`): ``continue_`` is empty on the last."""
+
+    items: list[Object]
+    resource_version: int
+    continue_: str
+
+
+class _Continue(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a continue token carries: the list's version and the last key served."""
+
+    v: int
+    rv: int
+    namespace: str
+    name: str
+
+    def encode(self) -> str:
+        return base64.urlsafe_b64encode(msgspec.json.encode(self)).rstrip(b"=").decode()
+
+    @classmethod
+    def token(cls, rv: int, namespace: str, name: str) -> str:
+        return cls(v=1, rv=rv, namespace=namespace, name=name).encode()
+
+    @classmethod
+    def parse(cls, text: str, current: int) -> _Continue:
+        """The token ``text`` (of a store now at version ``current``), or Invalid."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            token = _CONTINUE.decode(raw)
+        except (ValueError, msgspec.DecodeError):
+            token = None
+        if token is None or token.v != 1 or not 0 <= token.rv <= current:
+            shown = repr(text) if len(text) <= 80 else repr(text[:77]) + "..."
+            raise Invalid(
+                f"continue: Invalid value: {shown}: not a continue token of this store"
+                " (pass the continue value of the previous page unchanged)",
+                field="continue",
+                value=text[:80],
+            )
+        return token
+
+
+_CONTINUE = msgspec.json.Decoder(_Continue)
+
+
+def _key_of(obj: Object) -> tuple[str, str]:
+    meta = obj.metadata
+    return meta.namespace, meta.name
+
+
+def _merged(
+    items: Sequence[Object],
+    begin: int,
+    past: Mapping[tuple[str, str], Object | None],
+    start: tuple[str, str] | None,
+) -> Iterator[tuple[tuple[str, str], Object]]:
+    """(key, object) in key order from ``items[begin:]`` (sorted), with the objects under
+    ``past`` replaced by their state there (leaving out those absent then), after ``start``."""
+    earlier = sorted(
+        (
+            (at, obj)
+            for at, obj in past.items()
+            if obj is not None and (start is None or at > start)
+        ),
+        key=lambda entry: entry[0],
+    )
+    j = 0
+    for i in range(begin, len(items)):
+        obj = items[i]
+        at = _key_of(obj)
+        while j < len(earlier) and earlier[j][0] < at:
+            yield earlier[j]
+            j += 1
+        if at not in past:
+            yield at, obj
+    yield from earlier[j:]
+
+
 @dataclass(slots=True)
 class _Pending:
     op: Callable[[Store], Any]
@@ -199,6 +282,7 @@ class Store:
         seed: int | None = None,
         without_report: Mapping[type[Object], Callable[[Any], Object]] | None = None,
         report_write_interval: float = 0.0,
+        start_fresh: bool = False,
     ) -> None:
         if not report_write_interval >= 0:
             raise ValueError(
@@ -249,7 +333,7 @@ class Store:
         self._behind_timer: asyncio.TimerHandle | None = None
         self._db: Database | None = None
         if path is not None:
-            self._db = Database(path, synchronous=synchronous)
+            self._db = Database(path, synchronous=synchronous, start_fresh=start_fresh)
             try:
                 self._load(self._db)
             except BaseException:
@@ -464,6 +548,83 @@ class Store:
         if selector is not None and not selector.empty:
             items = [o for o in items if selector.matches(o.metadata.labels)]
         return builtins.list(items), version
+
+    def list_page(
+        self,
+        kind: Kind,
+        *,
+        namespace: str | None = None,
+        selector: Selector | None = None,
+        limit: int = 0,
+        continue_: str = "",
+        max_bytes: int = 0,
+    ) -> Page:
+        """One page of :meth:`list` over committed state, as Kubernetes pages a list.
+
+        At most ``limit`` objects (0: no limit) and, given ``max_bytes``, no more than fit in
+        that many bytes of JSON (at least one): like the API server, the store may return fewer
+        than asked, and says there are more with a continue token. ``continue_`` empty starts a
+        list at the current version; a token (opaque: the list's resourceVersion and the last
+        key served) continues after that key *at that version*: the objects changed since are
+        taken back to their state then from the watch history, so the pages together are the
+        list at the first page's version, each object once, whatever changed in between. A
+        token older than the history keeps is :class:`~controller.errors.Expired` (Kubernetes'
+        410 Gone: start the list again); a malformed one, or a negative ``limit``, is
+        :class:`~controller.errors.Invalid` naming ``continue`` (``limit``).
+        """
+        self._check_open()
+        if limit < 0:
+            raise Invalid(
+                f"limit: Invalid value: {limit}: must be greater than or equal to 0",
+                field="limit",
+                value=str(limit),
+            )
+        shape = self._shape(kind)
+        key = shape.key
+        items = self._view(key).items
+        version = self._version
+        start: tuple[str, str] | None = None
+        #: (namespace, name) -> its state at ``version`` (None: absent) where it changed since
+        past: dict[tuple[str, str], Object | None] = {}
+        if continue_:
+            token = _Continue.parse(continue_, self._version)
+            start, version = (token.namespace, token.name), token.rv
+            try:
+                changes = self._hub.changes_after(version, current=self._version)
+            except Expired:
+                raise Expired(
+                    f"continue token expired: the list's resourceVersion {version} is older"
+                    " than the store's history; start the list again without continue"
+                ) from None
+            for change in reversed(changes):
+                if change.kind == key:
+                    meta = change.object.metadata
+                    past[(meta.namespace, meta.name)] = change.previous
+        ns = namespace if namespace and shape.namespaced else None
+        if start is not None:
+            begin = bisect.bisect_right(items, start, key=_key_of)
+        else:
+            begin = bisect.bisect_left(items, (ns, ""), key=_key_of) if ns is not None else 0
+        page: builtins.list[Object] = []
+        size = 0
+        more = False
+        for at, obj in _merged(items, begin, past, start):
+            if ns is not None and at[0] != ns:
+                break
+            if selector is not None and not selector.matches(obj.metadata.labels):
+                continue
+            body = len(self.encode(obj)) if max_bytes else 0
+            if page and ((limit and len(page) >= limit) or (max_bytes and size + body > max_bytes)):
+                more = True
+                break
+            page.append(obj)
+            size += body
+        last = page[-1].metadata if more else None
+        return Page(
+            items=page,
+            resource_version=version,
+            continue_=_Continue.token(version, last.namespace, last.name) if last else "",
+        )
 
     def encode(self, obj: Object) -> bytes:
         """``obj`` as JSON, the bytes it is stored as (:func:`controller.persistence.encode`).
@@ -985,9 +1146,10 @@ class Store:
                 self._txn = None
             self._commit(txn)
         except StoreError as err:
+            failed = StorageFull if isinstance(err, StorageFull) else StoreError
             for pending in batch:
                 if not pending.future.done():
-                    pending.future.set_exception(StoreError(err.message))
+                    pending.future.set_exception(failed(err.message))
             return
         except BaseException:
             for pending in batch:

@@ -250,6 +250,20 @@ class WatchHub:
         self._watchers.setdefault(kind, set()).add(watch)
         return watch
 
+    def changes_after(self, resource_version: int, *, current: int) -> list[Change]:
+        """Every change after ``resource_version``, oldest first; ``Expired`` when the history
+        no longer reaches back to it (``current``: the store's version now)."""
+        oldest = self.oldest_resumable
+        if resource_version < (current if oldest is None else oldest):
+            raise Expired(f"resourceVersion {resource_version} is older than the store's history")
+        after: list[Change] = []
+        for change in reversed(self._history):
+            if change.resource_version <= resource_version:
+                break
+            after.append(change)
+        after.reverse()
+        return after
+
     def discard(self, watch: Watch) -> None:
         group = self._watchers.get(watch.kind)
         if group is not None:

@@ -30,16 +30,20 @@ from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.address import Address, resolve
 
 __all__ = [
+    "CHUNK_SIZE",
     "Applied",
     "AsyncClient",
     "Client",
     "Mode",
+    "Page",
     "Unauthenticated",
     "Unreachable",
     "WatchEvent",
 ]
 
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Objects :meth:`Client.list` asks for per page (kubectl's ``--chunk-size`` default).
+CHUNK_SIZE = 500
 _REASON_KEY = "koordpy-reason"
 
 
@@ -71,6 +75,15 @@ class Applied:
 
 
 @dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a list; ``continue_`` (empty on the last) asks for the next."""
+
+    items: list[Object]
+    resource_version: int
+    continue_: str
+
+
+@dataclass(frozen=True, slots=True)
 class WatchEvent:
     """``type`` is ADDED, MODIFIED or DELETED; ``resource_version`` resumes after it."""
 
@@ -96,6 +109,7 @@ _STATUS_ERRORS: dict[grpc.StatusCode, type[errors.StoreError]] = {
     grpc.StatusCode.ABORTED: errors.Conflict,
     grpc.StatusCode.INVALID_ARGUMENT: errors.Invalid,
     grpc.StatusCode.OUT_OF_RANGE: errors.Expired,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.StoreError,
 }
 _CODE_ERRORS: dict[int, type[errors.StoreError]] = {
     pb.ERROR_CODE_NOT_FOUND: errors.NotFound,
@@ -191,6 +205,13 @@ class _Codec:
         obj = self.decode(result.object) if result.object else None
         return Applied(_OUTCOMES.get(result.outcome, "unchanged"), obj)
 
+    def page(self, response: Any, key: str) -> Page:
+        return Page(
+            [self.decode(body, key) for body in response.items],
+            response.resource_version,
+            getattr(response, "continue"),
+        )
+
     def event(self, message: Any) -> WatchEvent:
         return WatchEvent(
             _EVENT_TYPES.get(message.type, "MODIFIED"),
@@ -204,6 +225,20 @@ def _apply_request(objects: Sequence[Object], mode: Mode, omit_objects: bool) ->
         mode=mode.value,
         objects=[encode_json(obj) for obj in objects],
         omit_objects=omit_objects,
+    )
+
+
+def _list_request(
+    kind: Kind, namespace: str | None, selector: str, limit: int, continue_: str
+) -> Any:
+    if limit < 0:
+        raise errors.Invalid(f"chunk size must be >= 0, got {limit}", field="limit")
+    return pb.ListRequest(
+        kind=kind.key,
+        namespace=namespace or "",
+        label_selector=selector,
+        limit=limit,
+        **{"continue": continue_},
     )
 
 
@@ -304,15 +339,41 @@ class Client:
         return self._codec.decode(response.object, kind.key)
 
     def list(
-        self, kind: Kind, *, namespace: str | None = None, selector: str = ""
+        self,
+        kind: Kind,
+        *,
+        namespace: str | None = None,
+        selector: str = "",
+        chunk_size: int = CHUNK_SIZE,
     ) -> tuple[list[Object], int]:
-        """Objects sorted by namespace and name, and the resourceVersion to watch from."""
+        """Objects sorted by namespace and name, and the resourceVersion to watch from,
+        fetched ``chunk_size`` at a time (as kubectl's ``--chunk-size``; 0: in one message):
+        the list at the first page's version however large it is."""
+        items: list[Object] = []
+        token = ""
+        while True:
+            page = self.list_page(
+                kind, namespace=namespace, selector=selector, limit=chunk_size, continue_=token
+            )
+            items.extend(page.items)
+            token = page.continue_
+            if not token:
+                return items, page.resource_version
+
+    def list_page(
+        self,
+        kind: Kind,
+        *,
+        namespace: str | None = None,
+        selector: str = "",
+        limit: int = 0,
+        continue_: str = "",
+    ) -> Page:
+        """One page of a list (see ``ListRequest`` in objects.proto)."""
         response = self._call(
-            self._stub.List,
-            pb.ListRequest(kind=kind.key, namespace=namespace or "", label_selector=selector),
+            self._stub.List, _list_request(kind, namespace, selector, limit, continue_)
         )
-        items = [self._codec.decode(body, kind.key) for body in response.items]
-        return items, response.resource_version
+        return self._codec.page(response, kind.key)
 
     def delete(
         self, kind: Kind, name: str, namespace: str = "", *, resource_version: int = 0
@@ -424,14 +485,37 @@ class AsyncClient:
         return self._codec.decode(response.object, kind.key)
 
     async def list(
-        self, kind: Kind, *, namespace: str | None = None, selector: str = ""
+        self,
+        kind: Kind,
+        *,
+        namespace: str | None = None,
+        selector: str = "",
+        chunk_size: int = CHUNK_SIZE,
     ) -> tuple[list[Object], int]:
+        items: list[Object] = []
+        token = ""
+        while True:
+            page = await self.list_page(
+                kind, namespace=namespace, selector=selector, limit=chunk_size, continue_=token
+            )
+            items.extend(page.items)
+            token = page.continue_
+            if not token:
+                return items, page.resource_version
+
+    async def list_page(
+        self,
+        kind: Kind,
+        *,
+        namespace: str | None = None,
+        selector: str = "",
+        limit: int = 0,
+        continue_: str = "",
+    ) -> Page:
         response = await self._call(
-            self._stub.List,
-            pb.ListRequest(kind=kind.key, namespace=namespace or "", label_selector=selector),
+            self._stub.List, _list_request(kind, namespace, selector, limit, continue_)
         )
-        items = [self._codec.decode(body, kind.key) for body in response.items]
-        return items, response.resource_version
+        return self._codec.page(response, kind.key)
 
     async def delete(
         self, kind: Kind, name: str, namespace: str = "", *, resource_version: int = 0

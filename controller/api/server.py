@@ -37,14 +37,19 @@ from controller import errors
 from controller.api import objects_pb2 as pb
 from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.address import Address, resolve
+from controller.persistence import StorageFull
 from controller.store import Outcome, Store
 
 __all__ = ["MAX_MESSAGE_BYTES", "REASON_KEY", "ApiServer", "ListenError"]
 
 log = logging.getLogger(__name__)
 
-#: Largest request or response (a batch of Apply objects, a big List).
+#: Largest request or response (a batch of Apply objects, a page of a List).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Object bytes a List page holds at most (then it ends with a continue token), and those an
+#: unpaged List may answer with (larger: RESOURCE_EXHAUSTED asking for pages).
+PAGE_BYTES = MAX_MESSAGE_BYTES // 4
+UNPAGED_BYTES = MAX_MESSAGE_BYTES - 1024 * 1024
 #: Trailing-metadata key carrying the Kubernetes-style reason of an error status.
 REASON_KEY = "koordpy-reason"
 
@@ -74,6 +79,7 @@ _ERRORS: tuple[tuple[type[Exception], grpc.StatusCode, str, Any], ...] = (
     (UnknownKind, grpc.StatusCode.INVALID_ARGUMENT, "UnknownKind", pb.ERROR_CODE_INVALID),
     (labels.SelectorError, grpc.StatusCode.INVALID_ARGUMENT, "BadRequest", pb.ERROR_CODE_INVALID),
     (errors.Expired, grpc.StatusCode.OUT_OF_RANGE, "Expired", pb.ERROR_CODE_EXPIRED),
+    (StorageFull, grpc.StatusCode.RESOURCE_EXHAUSTED, "StorageFull", pb.ERROR_CODE_INTERNAL),
 )
 
 
@@ -114,6 +120,8 @@ def _error_detail(err: Exception) -> Any:
 
 async def _abort(context: aio.ServicerContext[Any, Any], err: Exception) -> NoReturn:
     status, reason, _ = _classify(err)
+    if isinstance(err, StorageFull):
+        log.warning("API request refused: %s", err)  # one line, no traceback per request
     await context.abort(status, str(err), trailing_metadata=((REASON_KEY, reason),))
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
@@ -196,7 +204,10 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
                     done.append(err)
             return done
 
-        outcomes = await self._store.submit(run)
+        try:
+            outcomes = await self._store.submit(run)
+        except errors.StoreError as err:  # the batch could not be committed (disk full...)
+            await _abort(context, err)
         omit = request.omit_objects
         results = []
         for outcome in outcomes:
@@ -220,17 +231,34 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
         return pb.GetResponse(object=self._store.encode(obj))
 
     async def List(self, request: Any, context: aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
+        """A page of at most ``limit`` objects and :data:`PAGE_BYTES` (see objects.proto);
+        an unpaged list (limit 0) answers everything or, past :data:`UNPAGED_BYTES`,
+        RESOURCE_EXHAUSTED asking for pages."""
+        limit = request.limit
         try:
             kind = self._kind(request.kind)
-            items, version = self._store.list(
+            page = self._store.list_page(
                 kind,
                 namespace=(request.namespace or None) if kind.namespaced else None,
                 selector=self._selector(request.label_selector),
+                limit=limit,
+                continue_=getattr(request, "continue"),
+                max_bytes=PAGE_BYTES if limit else 0,
             )
         except (errors.StoreError, UnknownKind, labels.SelectorError) as err:
             await _abort(context, err)
+        items = [self._store.encode(obj) for obj in page.items]
+        if not limit and sum(map(len, items)) > UNPAGED_BYTES:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the list of {kind.qualified_plural} exceeds {UNPAGED_BYTES} bytes, more than"
+                " one message holds: ask for it in pages (limit and continue)",
+                trailing_metadata=((REASON_KEY, "TooLarge"),),
+            )
         return pb.ListResponse(
-            items=[self._store.encode(obj) for obj in items], resource_version=version
+            items=items,
+            resource_version=page.resource_version,
+            **{"continue": page.continue_},  # a keyword in Python
         )
 
     async def Delete(self, request: Any, context: aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802

@@ -1,7 +1,8 @@
 """Who can read the controller's state: the state files and directory, and the API socket.
 
-Issue 18: the SQLite file (and its WAL, SHM and lock) are 0600 and the state directory 0700
-whatever the umask; the unix API socket is 0600 from the moment it is bound, not after a chmod.
+Issue 18: the SQLite file (and its WAL, SHM and identity marker) are 0600 and the state
+directory 0700 whatever the umask; the unix API socket is 0600 from the moment it is bound,
+not after a chmod.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ async def test_every_state_file_is_0600_under_umask_022(state_dir: Path) -> None
     store = open_store(ControllerConfig(), state_dir)
     try:
         fill(store, "n1", "n2")
-        files = [STORE_FILE, f"{STORE_FILE}-shm", f"{STORE_FILE}-wal", f"{STORE_FILE}.lock"]
+        files = [STORE_FILE, f"{STORE_FILE}-shm", f"{STORE_FILE}-wal", f"{STORE_FILE}.id"]
         assert modes(state_dir) == dict.fromkeys(files, 0o600)
         assert mode(state_dir) == 0o700
     finally:
