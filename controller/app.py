@@ -90,7 +90,7 @@ def open_store(cfg: ControllerConfig, state_dir: Path, *, start_fresh: bool | No
             start_fresh=cfg.store.start_fresh if start_fresh is None else start_fresh,
         )
     except Lost as err:
-        raise ConfigError(f"{err} ([store] start_fresh = true)") from None
+        raise ConfigError(f"{err} (--start-fresh, or [store] start_fresh = true)") from None
     except StorageFull as err:
         raise ConfigError(str(err)) from None
     log.info(

@@ -141,6 +141,14 @@ class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             return ""
         return read_token_file(self.api.token_file, field="[api] token_file")
 
+    def starting_fresh(self, fresh: bool) -> ControllerConfig:
+        """This config, with ``[store] start_fresh`` set when ``fresh`` (``--start-fresh``)."""
+        if not fresh or self.store.start_fresh:
+            return self
+        return msgspec.structs.replace(
+            self, store=msgspec.structs.replace(self.store, start_fresh=True)
+        )
+
 
 def load(path: str | None) -> ControllerConfig:
     """Load ``path`` (or the default path, which may be absent)."""

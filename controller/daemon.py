@@ -60,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     that is down or refuses us is not an error: the controller serves and keeps retrying.
     """
     try:
-        cfg = load(args.config)
+        cfg = load(args.config).starting_fresh(args.start_fresh)
     except ConfigError as err:
         return configfile.exit_on_error(configfile.ConfigError(str(err)))
     if cfg.ingest.transport == "mqtt":

@@ -82,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--demo", action="store_true", help="add simulated GPU/NPU nodes and examples")
     up.add_argument("--state-dir", help="where state lives (default ~/.local/state/koordpy)")
     up.add_argument("--config", help="TOML config file (sections [controller] and [agent])")
+    up.add_argument(
+        "--start-fresh",
+        action="store_true",
+        help="start an empty store where the state dir's database was lost ([store] start_fresh)",
+    )
     up.add_argument("--node-name", help="this host's node name (default $NODE_NAME or hostname)")
     up.add_argument(
         "--metrics-address",
@@ -122,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", help="controller TOML config (default /etc/koordpy/controller.toml)"
     )
     run.add_argument("--state-dir", help="where state lives (default /var/lib/koordpy)")
+    run.add_argument(
+        "--start-fresh",
+        action="store_true",
+        help="start an empty store where the state dir's database was lost ([store] start_fresh)",
+    )
     run.add_argument("--metrics-address", help="metrics listen address (default :9317)")
 
     apply = sub.add_parser("apply", parents=[api], help="create or update objects from files")
@@ -142,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("-l", "--selector", help="label selector (app=web,tier!=db,env in (a,b))")
     get.add_argument("-o", "--output", choices=("wide", "yaml", "json", "name"), help="format")
     get.add_argument("-w", "--watch", action="store_true", help="watch for changes")
+    get.add_argument(
+        "--chunk-size",
+        type=int,
+        default=500,
+        help="list in pages of this many objects (0: in one response)",
+    )
 
     describe = sub.add_parser("describe", parents=[api], help="show an object and its events")
     describe.add_argument("kind")

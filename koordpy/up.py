@@ -319,6 +319,8 @@ def main(args: argparse.Namespace) -> int:
         cfg = _load(args.config)
     except configfile.ConfigError as err:
         return configfile.exit_on_error(err)
+    if args.start_fresh:
+        cfg = msgspec.structs.replace(cfg, controller=cfg.controller.starting_fresh(True))
     logs.setup_logging(cfg.controller.controller.log_level)
     state_dir = Path(
         args.state_dir or cfg.controller.controller.state_dir or default_state_dir()

@@ -34,7 +34,7 @@ from controller.config import ControllerConfig
 from controller.errors import ConfigError, StoreError
 from controller.store import Store
 from tests.controller.storekinds import REGISTRY, applying, widget
-from tests.koordpy.daemons import koordpy_command
+from tests.koordpy.daemons import cli, koordpy_command, running_up
 
 # --- a real small file system ----------------------------------------------------------------
 
@@ -196,6 +196,20 @@ def test_controller_run_on_a_truncated_database_exits_2_saying_so(initialised: P
     assert got.returncode == 2, got.stderr
     assert "refusing to start empty" in got.stderr
     assert "start_fresh" in got.stderr
+
+
+def test_up_start_fresh_starts_empty_where_the_database_was_lost(initialised: Path) -> None:
+    (initialised / STORE_FILE).write_bytes(b"")
+    with running_up(initialised, "--start-fresh") as daemon:
+        manifest = "".join(
+            f"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}}}\n" for i in range(3)
+        )
+        assert cli(daemon.api, "apply", "-f", "-", stdin=manifest).returncode == 0
+        got = cli(daemon.api, "get", "configmaps", "--chunk-size", "1", "-o", "name")
+        assert got.stdout.split() == [f"configmap/cm-{i}" for i in range(3)], got.stderr
+    # The new store is the one the marker names now: a plain start accepts it.
+    with reopen(initialised) as store:
+        assert store.resource_version >= 3
 
 
 def run_controller(state: Path, *extra: str) -> subprocess.CompletedProcess[str]:
