@@ -1,15 +1,29 @@
-"""Recording Kubernetes Events about objects, aggregated like client-go's recorder.
+"""Recording Kubernetes Events about objects, aggregated like client-go's recorder; and their
+expiry.
 
 An Event names the object it is about (``involvedObject``), a reason and a message. A repeat of
 the same (object, type, reason, message) within one recorder increments ``count`` and moves
 ``lastTimestamp`` instead of creating another Event. Events about cluster-scoped objects live in
 namespace ``default``, as Kubernetes puts them.
+
+The ``event-ttl`` control loop (:class:`EventTTL`; the controller daemon runs it beside the
+others, ``koordpy simulate`` does not, so that its output keeps every Event of the run) deletes
+Events ``ttl`` after they were last written, as the API server's ``--event-ttl`` (default one
+hour) has etcd do: an Event's last
+write is the latest of its ``creationTimestamp``, ``lastTimestamp``, ``eventTime`` and
+``series.lastObservedTime`` (a repeat moves ``lastTimestamp``, so an Event that keeps happening
+stays). A sweep runs when the oldest Event it knows of expires, but not within ``ttl / 60``
+(a minute for an hour) of the last one, and deletes a bounded number per pass (the rest in
+the next, at once); an Event written with older times than those already stored waits for
+that sweep.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
@@ -19,7 +33,17 @@ from apis.meta import Object, ObjectMeta, ObjectReference
 from controller.errors import NotFound, StoreError
 from controller.store import Store
 
-__all__ = ["MAX_MESSAGE_BYTES", "EventRecorder"]
+if TYPE_CHECKING:  # controller.loops registers the TTL loop: importing it here would be circular
+    from controller.loops import LoopContext
+
+__all__ = ["EVENT_TTL", "MAX_MESSAGE_BYTES", "EventRecorder", "EventTTL", "last_written"]
+
+_log = logging.getLogger(__name__)
+
+#: Seconds an Event is kept after its last write (the API server's ``--event-ttl``).
+EVENT_TTL: Final = 3600.0
+#: Most Events one pass of :class:`EventTTL` deletes (the rest go in the next, at once).
+MAX_DELETES: Final = 500
 
 #: Kubernetes truncates an event's note to this many bytes.
 MAX_MESSAGE_BYTES = 1024
@@ -230,3 +254,70 @@ class EventRecorder:
                 assert isinstance(stored, Event)
                 return stored
         raise RuntimeError(f"no free event name for {base}")
+
+
+def last_written(event: Event) -> datetime | None:
+    """When ``event`` was last written, as far as its times tell (see the module docstring)."""
+    series = event.series
+    times = (
+        event.metadata.creation_timestamp,
+        event.last_timestamp,
+        event.event_time,
+        series.last_observed_time if series is not None else None,
+    )
+    known = [t if t.tzinfo is not None else t.replace(tzinfo=UTC) for t in times if t is not None]
+    return max(known, default=None)
+
+
+class EventTTL:
+    """The ``event-ttl`` :class:`~controller.loops.ControlLoop`: Events go ``ttl`` seconds
+    after their last write (see the module docstring)."""
+
+    name = "event-ttl"
+
+    def __init__(self, *, ttl: float = EVENT_TTL) -> None:
+        if ttl <= 0:
+            raise ValueError(f"event ttl must be positive, got {ttl}")
+        self.ttl = timedelta(seconds=ttl)
+        #: the least time between two sweeps
+        self._granularity = timedelta(seconds=max(1.0, ttl / 60))
+        #: when the next sweep is due (None: at the next Event)
+        self._due: datetime | None = None
+
+    def reconcile(self, ctx: LoopContext) -> float | None:
+        now = ctx.now()
+        if self._due is not None and now < self._due:
+            return (self._due - now).total_seconds()
+        store = ctx.store
+        kind = store.registry.for_type(Event)
+        cutoff = now - self.ttl
+        expired: list[Event] = []
+        oldest: datetime | None = None
+        for event in store.snapshot().objects(kind):
+            if not isinstance(event, Event):
+                continue
+            written = last_written(event)
+            if written is None or written <= cutoff:
+                expired.append(event)
+            elif oldest is None or written < oldest:
+                oldest = written
+        for event in expired[:MAX_DELETES]:
+            meta = event.metadata
+            try:
+                store.delete(
+                    kind, meta.name, meta.namespace, resource_version=meta.resource_version
+                )
+            except NotFound:
+                pass
+            except StoreError as err:  # changed meanwhile (or the store refused): next sweep
+                _log.warning(
+                    "cannot delete expired event %s/%s: %s", meta.namespace, meta.name, err
+                )
+        if len(expired) > MAX_DELETES:
+            self._due = None
+            return 0.0
+        if oldest is None:
+            self._due = None
+            return None
+        self._due = max(oldest + self.ttl, now + self._granularity)
+        return (self._due - now).total_seconds()

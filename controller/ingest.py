@@ -3,12 +3,19 @@
 Subscribes to ``koordpy/v1/nodes/+/+`` and, per topic leaf:
 
 * ``node`` -> the Node, applied with the agent's status and labels; labels and annotations
-  others set, the spec (taints, unschedulable) and finalizers are kept. Labels the agent
-  stops reporting are removed (the keys it last set are remembered in an annotation);
+  others set, the spec (taints, unschedulable) and finalizers are kept. A report may change
+  only what the agent owns (:mod:`controller.noderestriction`, after Kubernetes'
+  NodeRestriction): one that would change anything else is refused whole, said once per
+  node. Labels of its own the agent stops reporting are removed (the keys it last set are
+  remembered in an annotation);
 * ``device`` -> the Device; its owner reference is pointed at the stored Node's uid;
 * ``nodemetric`` -> the NodeMetric's status; its spec stays what the controller or the user
   wrote (empty on the first report), since the agent follows it (:mod:`agent.metrics.policy`);
-* ``events`` -> a new Event (``generateName``; namespace ``default`` when none);
+* ``events`` -> a new Event (``generateName``) about the node itself (in ``default``) or a
+  pod bound to it (in the pod's namespace, uid checked when given); about anything else, or
+  holding finalizers (it would outlive its TTL, :class:`controller.events.EventTTL`), it is
+  ``forbidden``. Each node may send :data:`EVENT_QPS` a second, :data:`EVENT_BURST` at
+  once (the kubelet's defaults, a token bucket per node); beyond, ``throttled``;
 * ``evictions`` -> a ``policy/v1`` Eviction request (:class:`apis.eviction.EvictionRequest`):
   the named pod is deleted (finalizers honoured: a pod with finalizers only gets its
   ``deletionTimestamp``) and a Warning Event ``Evicted`` is recorded on it, naming the agent's
@@ -25,18 +32,31 @@ Every message is checked before anything is written, and counted in
 * ``oversized``: a payload larger than ``max_payload`` bytes (not even decoded);
 * ``foreign``: a topic outside the protocol, or a body naming another node than its topic;
 * ``invalid``: not JSON, unknown fields, a wrong kind, or a write the store refused;
-* ``stale``: older than what is stored: Nodes by the Ready heartbeat, NodeMetrics by
-  ``status.updateTime``, Devices by the ``koordpy.io/reported-at`` annotation, an ``offline``
-  by its ``since`` against the Node's heartbeat. A Node that is not newer than the stored one
-  never brings a lost node back, so a retained message a broker replays after a restart never
-  rolls a node back;
+* ``stale``: an older report delivered again (see "Which report is stale" below);
+* ``forbidden``: a write the node may not make (see ``node`` and ``events`` above);
+* ``throttled``: an Event over the node's rate;
 * ``unchanged``: nothing to write (a body byte-identical to the last one taken from that topic
   is recognised without decoding it again);
 * ``applied``, or ``ignored`` (an empty payload clearing a retained topic, the controller's own
   ``pods``/``nodeslo``/``nodemetricspec``, an ``online`` status).
 
-Times without a UTC offset are read as UTC. Nothing invalid is ever applied, and nothing an
-agent sends stops the ingest.
+Times without a UTC offset are read as UTC, and a report's stamps (the Node's condition
+heartbeats, the Device's ``koordpy.io/reported-at``, the NodeMetric's ``status.updateTime``,
+an Event's times) that lie after the receive time are clamped to it. Nothing invalid is ever
+applied, and nothing an agent sends stops the ingest.
+
+Which report is stale: decided by the order reports arrive in, per topic, never by the
+sender's clock (a node's clock may jump; a restarted agent's may be behind its previous
+run's). MQTT delivers one publisher's messages on a topic in order (the bus too), so the last
+body to arrive is the node's newest report whatever its stamps say. An older one can arrive
+later only as a copy delivered again (a broker restarted from an older save replaying its
+retained copy, a QoS 1 redelivery, a body the bus superseded unread): a body identical to one
+of the last :data:`HISTORY` that arrived on its topic, but not the last, is ``stale``. Every
+``node``, ``device`` and ``nodemetric`` body carries its stamp, and a clean shutdown's
+``offline`` its ``since``, so none recurs; an ``online`` and a will's bare ``offline`` do, and
+are taken as they come. A lost node comes back only with a body that is not stale and whose
+heartbeat is not the stored one (which, after a controller restart has emptied that memory,
+still tells the report already stored), or after its agent's ``online`` (see ``status``).
 
 Cost. Messages that arrive together (within ``linger``, 20 ms, of each other, and within
 ``max_linger``, 100 ms, of the first) are written in one store transaction (one SQLite commit,
@@ -56,6 +76,7 @@ import asyncio
 import dataclasses
 import enum
 import logging
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -72,6 +93,7 @@ from apis.kinds import Kind
 from apis.meta import Object
 from apis.scheduling import Device
 from apis.slo import NodeMetric, NodeMetricSpec
+from controller.descheduler.evictor import TokenBucket
 from controller.errors import AlreadyExists, NotFound, StoreError
 from controller.events import WARNING, EventRecorder
 from controller.liveness import (
@@ -83,6 +105,7 @@ from controller.liveness import (
     lost_because,
     mark_unreachable,
 )
+from controller.noderestriction import agent_owns_label, refusal
 from controller.store import Outcome, Store
 from koordpy.bus import (
     CONTROLLER_LEAVES,
@@ -100,6 +123,9 @@ from koordpy.mqtt import DEFAULT_MAX_PAYLOAD
 
 __all__ = [
     "AGENT_LABELS_ANNOTATION",
+    "EVENT_BURST",
+    "EVENT_QPS",
+    "HISTORY",
     "LINGER",
     "MAX_BATCH",
     "MAX_LINGER",
@@ -132,6 +158,14 @@ LINGER: Final = 0.02
 #: them: under a fleet's steady flow, one commit and one pass of the control loops per this
 #: much time, whatever the rate.
 MAX_LINGER: Final = 0.1
+#: Events a second each node may send, and how many at once: the kubelet's defaults
+#: (``eventRecordQPS`` 50, ``eventBurst`` 100); the rest are dropped as ``throttled``.
+EVENT_QPS: Final = 50.0
+EVENT_BURST: Final = 100
+#: Bodies remembered per topic to recognise an older one delivered again (see the module
+#: docstring: "Which report is stale"): mosquitto's default save every 30 minutes holds a
+#: Device 60 reports old at the agent's 30 s interval (512 bytes a topic).
+HISTORY: Final = 64
 
 _O = TypeVar("_O", bound=Object)
 
@@ -148,8 +182,16 @@ class Result(enum.StrEnum):
     IGNORED = "ignored"
     #: replaced, unread, by a newer report on its topic (the ingest was behind)
     SUPERSEDED = "superseded"
+    #: a write the node may not make (:mod:`controller.noderestriction`, an Event about an
+    #: object that is neither the node nor one of its pods)
+    FORBIDDEN = "forbidden"
+    #: an Event over the node's rate limit
+    THROTTLED = "throttled"
 
 
+#: Leaves whose bodies never recur (each carries its stamp): one that arrived before, with
+#: another since, is an older report delivered again (so is an ``offline`` with a ``since``).
+_REPLAYABLE: Final = frozenset({"node", "device", "nodemetric"})
 #: Results after which a body counts as taken (a byte-identical copy is skipped).
 _TAKEN: Final = frozenset({Result.APPLIED, Result.UNCHANGED, Result.IGNORED})
 #: Leaves whose applied messages prove the agent is alive (a replay is never "applied");
@@ -159,6 +201,10 @@ _LIVE_LEAVES: Final = frozenset({"node", "device", "nodemetric"})
 
 class _Foreign(Exception):  # noqa: N818 - a verdict, raised only inside this module
     """A body that names another node than its topic."""
+
+
+class _Forbidden(Exception):  # noqa: N818 - a verdict, raised only inside this module
+    """A write the node may not make."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,12 +233,14 @@ def _utc(when: datetime) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-def _older(incoming: datetime | None, stored: datetime | None) -> bool:
-    return incoming is not None and stored is not None and _utc(incoming) < _utc(stored)
+def _clamped(when: datetime | None, now: datetime) -> datetime | None:
+    """``when``, or ``now`` when ``when`` lies after it (a sender's clock ahead of ours)."""
+    return now if when is not None and _utc(when) > now else when
 
 
-def _newer(incoming: datetime | None, stored: datetime | None) -> bool:
-    return incoming is not None and (stored is None or _utc(incoming) > _utc(stored))
+def _same_time(incoming: datetime | None, stored: datetime | None) -> bool:
+    """Whether ``incoming`` is no other time than ``stored`` (None: no telling)."""
+    return incoming is None or (stored is not None and _utc(incoming) == _utc(stored))
 
 
 def _reported_at(obj: Object) -> datetime | None:
@@ -205,12 +253,82 @@ def _reported_at(obj: Object) -> datetime | None:
         return None
 
 
+def _node_clamped(node: Node, now: datetime) -> Node:
+    """``node`` with no condition heartbeat after ``now``."""
+    conditions = node.status.conditions
+    if all(_clamped(c.last_heartbeat_time, now) is c.last_heartbeat_time for c in conditions):
+        return node
+    fixed = tuple(
+        msgspec.structs.replace(c, last_heartbeat_time=_clamped(c.last_heartbeat_time, now))
+        for c in conditions
+    )
+    return msgspec.structs.replace(
+        node, status=msgspec.structs.replace(node.status, conditions=fixed)
+    )
+
+
+def _device_clamped(device: Device, now: datetime) -> Device:
+    """``device`` with no ``reported-at`` after ``now``."""
+    reported = _reported_at(device)
+    if reported is None or _clamped(reported, now) is reported:
+        return device
+    return _device_stamp(device, now.isoformat())
+
+
+def _event_clamped(event: Event, now: datetime) -> Event:
+    """``event`` with none of its times after ``now`` (they decide when it expires)."""
+    series = event.series
+    if series is not None and _clamped(series.last_observed_time, now) is not (
+        series.last_observed_time
+    ):
+        series = msgspec.structs.replace(series, last_observed_time=now)
+    return msgspec.structs.replace(
+        event,
+        first_timestamp=_clamped(event.first_timestamp, now),
+        last_timestamp=_clamped(event.last_timestamp, now),
+        event_time=_clamped(event.event_time, now),
+        series=series,
+    )
+
+
+class _History:
+    """The hashes of the last :data:`HISTORY` bodies that arrived on one topic (a ring), and
+    of the newest."""
+
+    __slots__ = ("hashes", "newest", "slot")
+
+    def __init__(self) -> None:
+        self.hashes = array("q")
+        self.slot = 0
+        self.newest: int | None = None
+
+    def replayed(self, digest: int) -> bool:
+        """An older body again: it arrived before, and another since."""
+        return digest != self.newest and digest in self.hashes
+
+    def add(self, digest: int, *, newest: bool) -> None:
+        if newest:
+            self.newest = digest
+        if digest in self.hashes:
+            return
+        if len(self.hashes) < HISTORY:
+            self.hashes.append(digest)
+        else:
+            self.hashes[self.slot] = digest
+            self.slot = (self.slot + 1) % HISTORY
+
+
 def merge_node(stored: Node | None, incoming: Node) -> Node:
-    """The Node to store: the agent's status and labels over what others own."""
+    """The Node to store: the agent's status and labels over what others own.
+
+    :data:`AGENT_LABELS_ANNOTATION` lists the labels of the report that its agent owns
+    (:func:`controller.noderestriction.agent_owns_label`); one of those it stops reporting is
+    removed.
+    """
     reported = dict(incoming.metadata.labels)
     annotations = {
         **incoming.metadata.annotations,
-        AGENT_LABELS_ANNOTATION: ",".join(sorted(reported)),
+        AGENT_LABELS_ANNOTATION: ",".join(sorted(filter(agent_owns_label, reported))),
     }
     if stored is None:
         return msgspec.structs.replace(
@@ -218,7 +336,11 @@ def merge_node(stored: Node | None, incoming: Node) -> Node:
             metadata=msgspec.structs.replace(incoming.metadata, annotations=annotations),
         )
     have = stored.metadata
-    previously = set(filter(None, have.annotations.get(AGENT_LABELS_ANNOTATION, "").split(",")))
+    previously = {
+        key
+        for key in have.annotations.get(AGENT_LABELS_ANNOTATION, "").split(",")
+        if key and agent_owns_label(key)
+    }
     labels = {k: v for k, v in have.labels.items() if k not in previously or k in reported}
     labels.update(reported)
     return msgspec.structs.replace(
@@ -329,7 +451,9 @@ class Ingest:
     """A controller component: bus -> store. Run it under ``lifecycle.supervise``.
 
     ``liveness`` (optional) is told when each node was last heard from and which went
-    offline; ``max_payload`` is the largest body taken, bytes. ``run`` waits ``linger``
+    offline; ``max_payload`` is the largest body taken, bytes; ``event_qps`` and
+    ``event_burst`` each node's Event rate limit (a token bucket; ``event_qps`` <= 0: none).
+    ``clock`` is the receive time (later stamps are clamped to it). ``run`` waits ``linger``
     seconds after a message for others to write with it, and again while more keep coming,
     up to ``max_linger`` in all (a report is stored that much later; a fleet's thousands of
     reports a second cost one commit, and one pass of the control loops, per batch, not one
@@ -348,6 +472,8 @@ class Ingest:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         linger: float = LINGER,
         max_linger: float = MAX_LINGER,
+        event_qps: float = EVENT_QPS,
+        event_burst: int = EVENT_BURST,
     ) -> None:
         self.name = "ingest"
         self._bus = bus
@@ -368,6 +494,14 @@ class Ingest:
         #: nodes whose online followed an offline: their next Node restores them
         self._vouched: set[str] = set()
         self._kinds: dict[type[Object], Kind | None] = {}
+        #: topic -> the bodies that arrived on it (what tells an older one delivered again)
+        self._history: dict[str, _History] = {}
+        self._event_rate = (event_qps, event_burst)
+        #: node -> its Event token bucket
+        self._buckets: dict[str, TokenBucket] = {}
+        #: (node, leaf) -> why its last report was refused (said once until that changes)
+        self._refused: dict[tuple[str, str], str] = {}
+        self._throttled: set[str] = set()
         registry = registry if registry is not None else CollectorRegistry()
         self._messages = Counter(
             "koordpy_ingest_messages",
@@ -454,6 +588,20 @@ class Ingest:
         parsed = parse_node_topic(message.topic)
         leaf = parsed[1] if parsed is not None else "unknown"
         self._count(leaf, Result.SUPERSEDED)
+        if leaf in _STATE_LEAVES and message.payload:
+            self._remember(message.topic, message.payload, newest=False)
+
+    def _remember(self, topic: str, payload: bytes, *, newest: bool = True) -> None:
+        """``payload`` arrived on ``topic`` (``newest``: it is the topic's newest body; else
+        one superseded unread)."""
+        history = self._history.get(topic)
+        if history is None:
+            history = self._history[topic] = _History()
+        history.add(hash(payload), newest=newest)
+
+    def _replayed(self, topic: str, payload: bytes) -> bool:
+        history = self._history.get(topic)
+        return history is not None and history.replayed(hash(payload))
 
     def _kind(self, struct: type[Object]) -> Kind | None:
         if struct not in self._kinds:
@@ -470,10 +618,11 @@ class Ingest:
     async def handle_many(self, messages: Sequence[Message]) -> list[Result]:
         """Apply messages in order, their writes in one transaction; a result for each."""
         prepared: list[tuple[Message, str, str, Result | _Write]] = []
+        now = _utc(self._clock())
         for message in messages:
             parsed = parse_node_topic(message.topic)
             node, leaf = parsed if parsed is not None else ("", "unknown")
-            prepared.append((message, node, leaf, self._prepare(message, node, leaf)))
+            prepared.append((message, node, leaf, self._prepare(message, node, leaf, now)))
         writes = [p[3] for p in prepared if isinstance(p[3], _Write)]
         outcomes: list[Any] = []
         if writes:
@@ -535,6 +684,7 @@ class Ingest:
                 self._taken.pop(message.topic, None)
         if leaf == "node" and result is Result.APPLIED:
             self._vouched.discard(node)
+            self._refused.pop((node, "node"), None)
         liveness = self._liveness
         if liveness is None or not node:
             return
@@ -542,8 +692,8 @@ class Ingest:
         if fresh and leaf != "status":
             liveness.heard(node)
 
-    def _prepare(self, message: Message, node: str, leaf: str) -> Result | _Write:
-        """Check one message; its result, or the store work it needs."""
+    def _prepare(self, message: Message, node: str, leaf: str, now: datetime) -> Result | _Write:
+        """Check one message (received at ``now``); its result, or the store work it needs."""
         payload = message.payload
         if not node:
             _log.warning("dropped message on foreign topic %r", message.topic)
@@ -559,6 +709,10 @@ class Ingest:
                 extra={"topic": message.topic},
             )
             return Result.OVERSIZED
+        if leaf in _REPLAYABLE:
+            if self._replayed(message.topic, payload):
+                return Result.STALE
+            self._remember(message.topic, payload)
         if (
             leaf in _STATE_LEAVES
             and self._taken.get(message.topic) == hash(payload)
@@ -568,22 +722,38 @@ class Ingest:
         try:
             if leaf == "node":
                 incoming = self._restamped(message.topic, leaf, payload, Node)
-                return self._node(node, incoming, vouched=node in self._vouched)
+                return self._node(node, _node_clamped(incoming, now), vouched=node in self._vouched)
             if leaf == "device":
-                return self._device(node, self._restamped(message.topic, leaf, payload, Device))
+                device = self._restamped(message.topic, leaf, payload, Device)
+                return self._device(node, _device_clamped(device, now))
             if leaf == "nodemetric":
-                return self._nodemetric(node, _decode(payload, NodeMetric))
+                return self._nodemetric(node, _decode(payload, NodeMetric), now)
             if leaf == "events":
-                return self._event(node, _decode(payload, Event))
+                return self._event(node, _event_clamped(_decode(payload, Event), now), now)
             if leaf == EVICTIONS_LEAF:
                 return self._eviction(node, _decode(payload, EvictionRequest))
             if leaf == "status":
-                return self._status(node, msgspec.json.decode(payload, type=AgentStatus))
+                status = msgspec.json.decode(payload, type=AgentStatus)
+                if (
+                    status.state == "offline"
+                    and status.since is not None
+                    and self._replayed(message.topic, payload)
+                ):
+                    return Result.STALE
+                self._remember(message.topic, payload)
+                return self._status(node, status, now)
         except _Foreign as err:
             _log.warning(
                 "dropped message on %s: %s", message.topic, err, extra={"topic": message.topic}
             )
             return Result.FOREIGN
+        except _Forbidden as err:
+            if (node, leaf) not in self._refused:
+                self._refused[(node, leaf)] = str(err)
+                _log.warning(
+                    "dropped message on %s: %s", message.topic, err, extra={"topic": message.topic}
+                )
+            return Result.FORBIDDEN
         except (ApiError, msgspec.ValidationError, msgspec.DecodeError) as err:
             _log.warning(
                 "dropped message on %s: %s", message.topic, err, extra={"topic": message.topic}
@@ -637,11 +807,13 @@ class Ingest:
     def _node(
         self, node: str, incoming: Node, *, vouched: bool = False, restore_only: bool = False
     ) -> Result | _Write:
-        """The write of an agent's Node.
+        """The write of an agent's Node (its stamps already clamped).
 
-        A lost node comes back only with a newer heartbeat, or, when it was lost because its
-        status said offline and an ``online`` has since vouched for the agent (``vouched``),
-        with the same one. ``restore_only``: write nothing unless that brings it back.
+        A lost node comes back only with a report not taken before (its heartbeat is not the
+        stored one's), or, when it was lost because its status said offline and an ``online``
+        has since vouched for the agent (``vouched``), with the same one. ``restore_only``:
+        write nothing unless that brings it back. A change the node may not make
+        (:mod:`controller.noderestriction`) is refused whole.
         """
         _check_name(node, incoming)
         kind = self._kind(Node)
@@ -649,6 +821,7 @@ class Ingest:
             return Result.IGNORED
         device_kind = self._kind(Device)
         beat = _heartbeat(incoming)
+        refused: list[str] = []
 
         def write(store: Store) -> Result:
             try:
@@ -659,16 +832,17 @@ class Ingest:
             if restore_only and (stored is None or not is_marked(stored)):
                 return Result.UNCHANGED
             merged = merge_node(stored, incoming)
-            if stored is not None:
-                have = _heartbeat(stored)
-                if _older(beat, have):
+            why = refusal(stored, merged, ignore=(AGENT_LABELS_ANNOTATION,))
+            if why is not None:
+                refused.append(why)
+                return Result.FORBIDDEN
+            if stored is not None and is_marked(stored):
+                # A repeated report (after a restart, the one stored) does not bring a lost
+                # node back.
+                again = vouched and lost_because(stored) == OFFLINE_MESSAGE
+                if not again and _same_time(beat, _heartbeat(stored)):
                     return Result.STALE
-                if is_marked(stored):
-                    # A repeated or replayed report does not bring a lost node back.
-                    again = vouched and lost_because(stored) == OFFLINE_MESSAGE
-                    if not again and not _newer(beat, have):
-                        return Result.STALE
-                    merged = clear_unreachable(merged)
+                merged = clear_unreachable(merged)
             saved, outcome = store.apply(merged)
             if device_kind is not None and outcome is Outcome.CREATED and isinstance(saved, Node):
                 # A Device that arrived first (retained topics replay in name order) gets
@@ -683,7 +857,13 @@ class Ingest:
                         store.update(fixed)
             return Result.UNCHANGED if outcome is Outcome.UNCHANGED else Result.APPLIED
 
-        return _Write(write, _result)
+        def done(result: Result) -> Result:
+            if refused and self._refused.get((node, "node")) != refused[0]:
+                self._refused[(node, "node")] = refused[0]
+                _log.warning("refused a Node report: %s", refused[0], extra={"node": node})
+            return result
+
+        return _Write(write, done)
 
     def _device(self, node: str, incoming: Device) -> Result | _Write:
         _check_name(node, incoming)
@@ -691,15 +871,8 @@ class Ingest:
         node_kind = self._kind(Node)
         if kind is None:
             return Result.IGNORED
-        reported = _reported_at(incoming)
 
         def write(store: Store) -> Result:
-            try:
-                stored = store.get(kind, node)
-            except NotFound:
-                stored = None
-            if stored is not None and _older(reported, _reported_at(stored)):
-                return Result.STALE
             device = incoming
             if node_kind is not None:
                 try:
@@ -713,20 +886,21 @@ class Ingest:
 
         return _Write(write, _result)
 
-    def _nodemetric(self, node: str, incoming: NodeMetric) -> Result | _Write:
+    def _nodemetric(self, node: str, incoming: NodeMetric, now: datetime) -> Result | _Write:
         _check_name(node, incoming)
         kind = self._kind(NodeMetric)
         if kind is None:
             return Result.IGNORED
         updated = incoming.status.update_time
+        if _clamped(updated, now) is not updated:
+            status = msgspec.structs.replace(incoming.status, update_time=now)
+            incoming = msgspec.structs.replace(incoming, status=status)
 
         def write(store: Store) -> Result:
             try:
                 stored = store.get(kind, node)
             except NotFound:
                 stored = None
-            if isinstance(stored, NodeMetric) and _older(updated, stored.status.update_time):
-                return Result.STALE
             # The spec is the controller's (or the user's): a report brings the status only.
             spec = stored.spec if isinstance(stored, NodeMetric) else NodeMetricSpec()
             outcome = store.apply(msgspec.structs.replace(incoming, spec=spec))[1]
@@ -734,29 +908,101 @@ class Ingest:
 
         return _Write(write, _result)
 
-    def _event(self, node: str, incoming: Event) -> Result | _Write:
-        if self._kind(Event) is None:
+    def _event(self, node: str, incoming: Event, now: datetime) -> Result | _Write:
+        """The write of an Event from ``node``: about the node itself (in ``default``) or a
+        pod bound to it (in the pod's namespace), within the node's rate limit."""
+        pod_kind = self._kind(Pod)
+        if self._kind(Event) is None or pod_kind is None:
             return Result.IGNORED
         meta = incoming.metadata
-        involved = incoming.involved_object.name or node
+        about = incoming.involved_object
+        if about.kind in ("", "Node"):
+            if about.name not in ("", node) or about.namespace:
+                raise _Forbidden(f"an Event from node {node!r} about Node {about.name!r}")
+            namespace = EVENT_NAMESPACE
+            about = msgspec.structs.replace(about, kind="Node", name=node)
+        elif about.kind == "Pod" and about.api_version in ("", "v1") and about.name:
+            namespace = about.namespace or EVENT_NAMESPACE
+            about = msgspec.structs.replace(about, namespace=namespace)
+        else:
+            raise _Forbidden(
+                f"an Event from node {node!r} about {about.kind} {about.name!r}:"
+                " only the node and its pods"
+            )
+        if meta.finalizers:
+            raise _Forbidden(
+                f"metadata.finalizers: an Event from node {node!r} may not hold finalizers"
+                f" (it would outlive its TTL), got {list(meta.finalizers)}"
+            )
+        if meta.namespace not in ("", namespace):
+            raise ApiError(
+                f"involvedObject.namespace: Invalid value: {namespace!r}:"
+                f" does not match event.namespace {meta.namespace!r}"
+            )
+        if not self._take_token(node, now):
+            return Result.THROTTLED
         event = msgspec.structs.replace(
             incoming,
             metadata=msgspec.structs.replace(
                 meta,
-                namespace=meta.namespace or EVENT_NAMESPACE,
-                generate_name=meta.generate_name or ("" if meta.name else f"{involved}."),
+                namespace=namespace,
+                generate_name=meta.generate_name or ("" if meta.name else f"{about.name}."),
             ),
+            involved_object=about,
             source=msgspec.structs.replace(incoming.source, host=incoming.source.host or node),
         )
 
         def write(store: Store) -> Result:
+            if about.kind == "Pod":
+                try:
+                    pod = store.get(pod_kind, about.name, namespace)
+                except NotFound:
+                    pod = None
+                if (
+                    not isinstance(pod, Pod)
+                    or pod.spec.node_name != node
+                    or (about.uid and about.uid != pod.metadata.uid)
+                ):
+                    return Result.FORBIDDEN
             try:
                 store.create(event)
             except AlreadyExists:
                 return Result.UNCHANGED
             return Result.APPLIED
 
-        return _Write(write, _result)
+        def done(result: Result) -> Result:
+            if result is Result.APPLIED:
+                self._refused.pop((node, "events"), None)
+            elif result is Result.FORBIDDEN and (node, "events") not in self._refused:
+                # Said once until one of its Events is taken again: a flood is one line.
+                why = f"pod {namespace}/{about.name} is not bound to node {node}"
+                self._refused[(node, "events")] = why
+                _log.warning("dropped an Event from node %s: %s", node, why, extra={"node": node})
+            return result
+
+        return _Write(write, done)
+
+    def _take_token(self, node: str, now: datetime) -> bool:
+        """One token from ``node``'s Event bucket; False when it is dry (said once until a
+        token is taken again)."""
+        bucket = self._buckets.get(node)
+        if bucket is None:
+            qps, burst = self._event_rate
+            bucket = self._buckets[node] = TokenBucket(rate=qps, burst=burst)
+        if bucket.take(now):
+            self._throttled.discard(node)
+            return True
+        if node not in self._throttled:
+            self._throttled.add(node)
+            qps, burst = self._event_rate
+            _log.warning(
+                "node %s sends Events faster than %g/s (burst %d): dropping them",
+                node,
+                qps,
+                burst,
+                extra={"node": node},
+            )
+        return False
 
     def _recorder(self, node: str) -> EventRecorder:
         recorder = self._recorders.get(node)
@@ -819,15 +1065,13 @@ class Ingest:
 
         return _Write(write, done)
 
-    def _status(self, node: str, status: AgentStatus) -> Result | _Write:
+    def _status(self, node: str, status: AgentStatus, now: datetime) -> Result | _Write:
         if status.state == "online":
             _log.info("node %s is online", node, extra={"node": node})
-            return self._online(node)
+            return self._online(node, now)
         kind = self._kind(Node)
         if kind is None:
             return Result.IGNORED
-        now = self._clock()
-        since = status.since
         self._offline.add(node)
         self._vouched.discard(node)
 
@@ -838,8 +1082,6 @@ class Ingest:
                 return Result.IGNORED
             if not isinstance(stored, Node):
                 return Result.IGNORED
-            if _older(since, _heartbeat(stored)):  # said before the node's last report
-                return Result.STALE
             offline = mark_unreachable(stored, now, OFFLINE_MESSAGE)
             if offline is stored:
                 return Result.UNCHANGED
@@ -855,8 +1097,9 @@ class Ingest:
 
         return _Write(write, done)
 
-    def _online(self, node: str) -> Result | _Write:
-        """After an offline, the agent's ``online`` restores its last Node from the bus."""
+    def _online(self, node: str, now: datetime) -> Result | _Write:
+        """After an offline, the agent's ``online`` restores its last Node from the bus (not
+        an older one delivered again: then the agent's next Node does)."""
         if node not in self._offline:
             return Result.IGNORED
         self._offline.discard(node)
@@ -867,8 +1110,11 @@ class Ingest:
             return Result.IGNORED
         if last is None or not last.payload or len(last.payload) > self._max_payload:
             return Result.IGNORED
+        if self._replayed(last.topic, last.payload):
+            return Result.IGNORED
         try:
-            step = self._node(node, _decode(last.payload, Node), vouched=True, restore_only=True)
+            restored = _node_clamped(_decode(last.payload, Node), now)
+            step = self._node(node, restored, vouched=True, restore_only=True)
         except (_Foreign, ApiError, msgspec.ValidationError, msgspec.DecodeError):
             return Result.IGNORED
         if isinstance(step, Result):

@@ -8,11 +8,13 @@ or when nothing was heard from it for ``node_lost_after`` seconds (default 180: 
   ``no report for 180 s``; the heartbeat time of the agent's last report is kept;
 * the taint ``node.kubernetes.io/unreachable:NoSchedule``, which the scheduler filters on.
 
-A fresh report brings it back: the ingest applies the next Node whose heartbeat is newer than
-the stored one, with the agent's ``Ready=True``, and removes that taint (only that one; taints
-others set are kept). A replayed or repeated Node with the same heartbeat does not, except
-after the agent's own ``online`` following an ``offline`` (a dropped connection: the broker
-published the will, the agent came back with what it had already sent).
+A fresh report brings it back: the ingest applies the next Node that is neither an older body
+delivered again nor the stored heartbeat repeated (:mod:`controller.ingest`, "Which report is
+stale": by arrival order, never by comparing the agent's clock), with the agent's
+``Ready=True``, and removes that taint (only that one; taints others set are kept). A replayed
+or repeated Node does not, except after the agent's own ``online`` following an ``offline`` (a
+dropped connection: the broker published the will, the agent came back with what it had
+already sent).
 
 :class:`Liveness` watches for silence with one timer over an in-memory table of when each node
 was last heard from (the ingest calls :meth:`Liveness.heard`); no task per node. Only nodes

@@ -104,9 +104,9 @@ def _utcnow() -> datetime:
 
 
 class LoopRunner:
-    """Runs loops under the real clock: on every store change and at each requested time."""
+    """Runs loops under the real clock: on every store change and at each requested time.
 
-    name = "control-loops"
+    ``name``: the component's, for a runner beside the one of :data:`LOOPS`."""
 
     def __init__(
         self,
@@ -115,7 +115,9 @@ class LoopRunner:
         *,
         clock: Callable[[], datetime] = _utcnow,
         idle_interval: float = 30.0,
+        name: str = "control-loops",
     ) -> None:
+        self.name = name
         self._store = store
         self._loops = list(loops)
         self._ctx = LoopContext(store=store, now=clock)

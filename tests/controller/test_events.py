@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
 
 from apis.core import Event, Node, Pod
+from apis.kinds import default_registry
 from apis.meta import ObjectMeta
-from controller.events import MAX_MESSAGE_BYTES, NORMAL, WARNING, EventRecorder
+from controller import daemon
+from controller.api.client import Client, Unreachable
+from controller.config import ControllerConfig
+from controller.events import EVENT_TTL, MAX_MESSAGE_BYTES, NORMAL, WARNING, EventRecorder, EventTTL
+from controller.loops import LoopContext
 from controller.store import Store
 
 
@@ -132,3 +142,94 @@ def test_record_many_bumps_what_it_recorded_before() -> None:
         assert events["p0"].last_timestamp == clock.now
         assert events["p2"].metadata.name != first["p2"].metadata.name
         assert store.resource_version - version == 3  # two bumps, one new Event
+
+
+# --- expiry -----------------------------------------------------------------------------------
+
+
+def test_events_expire_an_hour_after_their_last_write() -> None:
+    """Kubernetes keeps Events one hour (``--event-ttl``): counted from the last write, so an
+    Event that keeps recurring stays and one that stopped goes."""
+    clock = Clock()
+    with Store(clock=clock) as store:
+        pod = store.create(Pod(metadata=ObjectMeta(name="web")))
+        recorder = EventRecorder(store, component="c", clock=clock)
+        once = recorder.record(pod, type=NORMAL, reason="Pulled", message="image pulled")
+        recurring = recorder.record(pod, type=WARNING, reason="BackOff", message="restarting")
+        ctx = LoopContext(store=store, now=clock)
+        ttl = EventTTL()
+        assert ttl.ttl == timedelta(seconds=EVENT_TTL) == timedelta(hours=1)
+        assert ttl.reconcile(ctx) == 3600.0
+        clock.now += timedelta(minutes=40)
+        recorder.record(pod, type=WARNING, reason="BackOff", message="restarting")
+        clock.now += timedelta(minutes=20)  # an hour after both were created
+        assert ttl.reconcile(ctx) == 40 * 60.0  # the recurring one was written 20 minutes ago
+        assert [e.metadata.name for e in _events(store)] == [recurring.metadata.name]
+        assert once.metadata.name not in {e.metadata.name for e in _events(store)}
+        clock.now += timedelta(minutes=40)
+        assert ttl.reconcile(ctx) is None
+        assert _events(store) == []
+
+
+def test_a_configured_ttl_and_an_event_with_only_a_creation_time() -> None:
+    clock = Clock()
+    with Store(clock=clock) as store:
+        bare = store.create(Event(metadata=ObjectMeta(name="bare", namespace="default")))
+        old = store.create(
+            Event(
+                metadata=ObjectMeta(name="old", namespace="default"),
+                last_timestamp=clock.now - timedelta(days=1),
+            )
+        )
+        assert old.metadata.creation_timestamp == bare.metadata.creation_timestamp == clock.now
+        ttl = EventTTL(ttl=600)
+        ctx = LoopContext(store=store, now=clock)
+        assert ttl.reconcile(ctx) == 600.0
+        clock.now += timedelta(seconds=600)
+        assert ttl.reconcile(ctx) is None
+        assert _events(store) == []
+        with pytest.raises(ValueError, match="must be positive"):
+            EventTTL(ttl=0)
+
+
+async def test_the_controller_daemon_expires_events(tmp_path: Path) -> None:
+    """``koordpy controller run`` runs the loop (here with a TTL of one second): an Event
+    created through the API goes by itself."""
+    stop = asyncio.Event()
+    api = f"unix://{tmp_path / 'c.sock'}"
+    served = asyncio.create_task(
+        daemon.run(
+            ControllerConfig(),
+            state_dir=tmp_path / "state",
+            api_address=api,
+            metrics_address="off",
+            stop=stop,
+            event_ttl=1.0,
+        )
+    )
+    kind = default_registry().for_type(Event)
+
+    def expired() -> bool:
+        """The Event created, then polled until it is gone (in a thread: the API is sync)."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with Client(api, timeout=5) as client:
+                    client.create(Event(metadata=ObjectMeta(name="seen", namespace="default")))
+                break
+            except Unreachable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        while time.monotonic() < deadline:
+            with Client(api, timeout=5) as client:
+                if not client.list(kind)[0]:
+                    return True
+            time.sleep(0.2)
+        return False
+
+    try:
+        assert await asyncio.to_thread(expired)
+    finally:
+        stop.set()
+        await served

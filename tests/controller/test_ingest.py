@@ -98,26 +98,84 @@ async def test_a_device_before_its_node_gets_the_owner_uid_later(store: Store) -
     assert device.metadata.owner_references[0].uid == node.metadata.uid
 
 
-async def test_stale_reports_are_dropped(store: Store) -> None:
+async def test_an_older_report_delivered_again_is_stale(store: Store) -> None:
+    """A body taken before, with another taken since (a broker's retained copy replayed
+    after a newer live report), is dropped whatever its stamps say."""
     ingest = Ingest(Bus(), store)
-    later, earlier = T0 + timedelta(minutes=1), T0
-    await ingest.handle(message("n1", "node", encode_json(node_body("n1", later))))
-    stale = node_body("n1", earlier, labels={"kubernetes.io/hostname": "n1", "old": "yes"})
-    assert await ingest.handle(message("n1", "node", encode_json(stale))) == Result.STALE
-    assert "old" not in store.get(kind_of(store, Node), "n1").metadata.labels
-    await ingest.handle(message("n1", "device", encode_json(device_body("n1", later))))
-    old_device = device_body("n1", earlier)
-    assert await ingest.handle(message("n1", "device", encode_json(old_device))) == Result.STALE
+    earlier, later = T0, T0 + timedelta(minutes=1)
+    old_labels = {"kubernetes.io/hostname": "n1", "node.koordpy.io/old": "yes"}
     metric = NodeMetric(metadata=ObjectMeta(name="n1"), status=NodeMetricStatus(update_time=later))
-    assert await ingest.handle(message("n1", "nodemetric", encode_json(metric))) == (Result.APPLIED)
     older = msgspec.structs.replace(metric, status=NodeMetricStatus(update_time=earlier))
-    assert await ingest.handle(message("n1", "nodemetric", encode_json(older))) == Result.STALE
+    bodies = {
+        "node": (node_body("n1", earlier, labels=old_labels), node_body("n1", later)),
+        "device": (device_body("n1", earlier), device_body("n1", later)),
+        "nodemetric": (older, metric),
+    }
+    for leaf, (old, new) in bodies.items():
+        for body in (old, new):
+            assert await ingest.handle(message("n1", leaf, encode_json(body))) == Result.APPLIED
+        assert await ingest.handle(message("n1", leaf, encode_json(old))) == Result.STALE
+        assert await ingest.handle(message("n1", leaf, encode_json(new))) == Result.UNCHANGED
+    assert "node.koordpy.io/old" not in stored_node(store).metadata.labels
+    assert heartbeat(store) == later
+
+
+async def test_a_clock_jumping_forward_then_back_keeps_the_node_updated(store: Store) -> None:
+    """Reports are taken in the order they arrive: a node whose clock jumped a day ahead and
+    back is not wedged (the sender's clock never decides what is stale)."""
+    ingest = Ingest(Bus(), store, clock=lambda: T0 + timedelta(days=2))
+    beats = [T0, T0 + timedelta(days=1), T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]
+    for beat in beats:
+        body = encode_json(node_body("n1", beat))
+        assert await ingest.handle(message("n1", "node", body)) == Result.APPLIED
+        assert heartbeat(store) == beat
+    for when in (T0 + timedelta(days=1), T0 + timedelta(minutes=3)):
+        metric = NodeMetric(
+            metadata=ObjectMeta(name="n1"), status=NodeMetricStatus(update_time=when)
+        )
+        body = encode_json(metric)
+        assert await ingest.handle(message("n1", "nodemetric", body)) == Result.APPLIED
+        assert await ingest.handle(
+            message("n1", "device", encode_json(device_body("n1", when)))
+        ) == (Result.APPLIED)
+    stored = store.get(kind_of(store, NodeMetric), "n1")
+    assert isinstance(stored, NodeMetric)
+    assert stored.status.update_time == T0 + timedelta(minutes=3)
+
+
+async def test_a_report_stamped_in_the_future_is_clamped_to_the_receive_time(
+    store: Store,
+) -> None:
+    """One heartbeat a year ahead does not make every later report stale."""
+    received = T0 + timedelta(minutes=10)
+    ingest = Ingest(Bus(), store, clock=lambda: received)
+    future = T0 + timedelta(days=365)
+    assert await ingest.handle(message("n1", "node", encode_json(node_body("n1", future)))) == (
+        Result.APPLIED
+    )
+    assert heartbeat(store) == received
+    device = encode_json(device_body("n1", future))
+    assert await ingest.handle(message("n1", "device", device)) == Result.APPLIED
+    stored = store.get(kind_of(store, Device), "n1")
+    assert stored.metadata.annotations[REPORTED_AT_ANNOTATION] == received.isoformat()
+    metric = NodeMetric(metadata=ObjectMeta(name="n1"), status=NodeMetricStatus(update_time=future))
+    assert await ingest.handle(message("n1", "nodemetric", encode_json(metric))) == Result.APPLIED
+    stored_metric = store.get(kind_of(store, NodeMetric), "n1")
+    assert isinstance(stored_metric, NodeMetric)
+    assert stored_metric.status.update_time == received
+    # The node's next, truthful, report is taken (and lost later, it comes back with one).
+    now = T0 + timedelta(minutes=9)
+    assert await ingest.handle(message("n1", "node", encode_json(node_body("n1", now)))) == (
+        Result.APPLIED
+    )
+    assert heartbeat(store) == now
 
 
 async def test_labels_and_spec_set_by_others_are_kept(store: Store) -> None:
     ingest = Ingest(Bus(), store)
     node_kind = kind_of(store, Node)
-    first = node_body("n1", T0, labels={"kubernetes.io/hostname": "n1", "gpu": "yes"})
+    gpu = {"node.koordinator.sh/gpu-vendor": "nvidia"}
+    first = node_body("n1", T0, labels={"kubernetes.io/hostname": "n1", **gpu})
     await ingest.handle(message("n1", "node", encode_json(first)))
     stored = store.get(node_kind, "n1")
     assert isinstance(stored, Node)
@@ -141,6 +199,11 @@ async def test_labels_and_spec_set_by_others_are_kept(store: Store) -> None:
     assert node.metadata.annotations[AGENT_LABELS_ANNOTATION] == "kubernetes.io/hostname"
     assert node.spec.unschedulable
     assert node.metadata.uid == stored.metadata.uid
+
+
+def heartbeat(store: Store) -> datetime | None:
+    ready = stored_node(store).condition("Ready")
+    return ready.last_heartbeat_time if ready is not None else None
 
 
 def unreachable(node: Node) -> bool:
@@ -231,9 +294,10 @@ async def test_online_after_a_stale_replay_lets_the_current_node_restore(store: 
     bus = Bus()
     ingest = Ingest(bus, store)
     current = encode_json(node_body("n1", T0 + timedelta(minutes=5)))
+    old = encode_json(node_body("n1", T0))
+    await ingest.handle(message("n1", "node", old))
     await ingest.handle(message("n1", "node", current))
     await ingest.handle(message("n1", "status", status_body("online", T0)))
-    old = encode_json(node_body("n1", T0))
     bus.publish(node_topic("n1", "node"), old, retain=True)  # what the replay left on the bus
     replay = [message("n1", "node", old), message("n1", "status", status_body("offline"))]
     assert await ingest.handle_many(replay) == [Result.STALE, Result.APPLIED]
@@ -248,11 +312,21 @@ async def test_online_after_a_stale_replay_lets_the_current_node_restore(store: 
     assert not unreachable(back)
 
 
-async def test_an_offline_said_before_the_last_report_is_stale(store: Store) -> None:
+async def test_an_offline_delivered_again_after_the_agent_came_back_is_stale(
+    store: Store,
+) -> None:
     ingest = Ingest(Bus(), store)
     await ingest.handle(message("n1", "node", encode_json(node_body("n1", T0))))
-    old = status_body("offline", T0 - timedelta(minutes=5))
-    assert await ingest.handle(message("n1", "status", old)) == Result.STALE
+    shutdown = status_body("offline", T0 + timedelta(minutes=1))
+    assert await ingest.handle(message("n1", "status", shutdown)) == Result.APPLIED
+    # The agent starts again (its clock behind its previous run's): online, then its Node.
+    assert await ingest.handle(message("n1", "status", status_body("online", T0))) == (
+        Result.IGNORED
+    )
+    again = node_body("n1", T0 - timedelta(minutes=5))
+    assert await ingest.handle(message("n1", "node", encode_json(again))) == Result.APPLIED
+    assert stored_node(store).is_ready
+    assert await ingest.handle(message("n1", "status", shutdown)) == Result.STALE
     assert stored_node(store).is_ready
 
 
@@ -261,6 +335,18 @@ async def test_a_replayed_retained_state_never_rolls_the_store_back(store: Store
     ingest = Ingest(Bus(), store)
     early, late = T0, T0 + timedelta(minutes=5)
     metric = NodeMetric(metadata=ObjectMeta(name="n1"), status=NodeMetricStatus(update_time=late))
+    old_metric = msgspec.structs.replace(metric, status=NodeMetricStatus(update_time=early))
+    # What the broker saved, taken then: a Node, Device and NodeMetric, and a clean shutdown.
+    saved = [
+        message("n1", "device", encode_json(device_body("n1", early))),
+        message("n1", "node", encode_json(node_body("n1", early, labels={"old": "yes"}))),
+        message("n1", "nodemetric", encode_json(old_metric)),
+        message("n1", "status", status_body("offline", early)),
+    ]
+    assert await ingest.handle_many(saved) == [Result.APPLIED] * 4
+    assert await ingest.handle(message("n1", "status", status_body("online", late))) == (
+        Result.IGNORED
+    )
     newest = [
         message("n1", "node", encode_json(node_body("n1", late))),
         message("n1", "device", encode_json(device_body("n1", late))),
@@ -268,14 +354,7 @@ async def test_a_replayed_retained_state_never_rolls_the_store_back(store: Store
     ]
     assert await ingest.handle_many(newest) == [Result.APPLIED] * 3
     version = store.resource_version
-    old_metric = msgspec.structs.replace(metric, status=NodeMetricStatus(update_time=early))
-    replay = [
-        message("n1", "device", encode_json(device_body("n1", early))),
-        message("n1", "node", encode_json(node_body("n1", early, labels={"old": "yes"}))),
-        message("n1", "nodemetric", encode_json(old_metric)),
-        message("n1", "status", status_body("offline", early)),
-    ]
-    assert await ingest.handle_many(replay) == [Result.STALE] * 4
+    assert await ingest.handle_many(saved) == [Result.STALE] * 4
     assert store.resource_version == version
     # The agent's current bodies, republished after the restart, change nothing either.
     assert await ingest.handle_many(newest) == [Result.UNCHANGED] * 3
@@ -386,13 +465,15 @@ async def test_a_batch_commits_what_is_valid_and_reports_each_message(store: Sto
         message("n2", "node", encode_json(bad_label)),
         message("n3", "node", b"{"),
         message("n4", "node", encode_json(node_body("n4", T0))),
-        message("n1", "node", encode_json(node_body("n1", T0 - timedelta(minutes=1)))),
+        message("n1", "node", encode_json(node_body("n1", T0 + timedelta(minutes=1)))),
+        message("n1", "node", encode_json(node_body("n1", T0))),
     ]
     results = await ingest.handle_many(batch)
     assert results == [
         Result.APPLIED,
         Result.INVALID,
         Result.INVALID,
+        Result.APPLIED,
         Result.APPLIED,
         Result.STALE,
     ]
