@@ -30,6 +30,7 @@ from controller.config import ControllerConfig, queueing_plugins
 from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.metrics import DeschedulerMetrics
 from controller.errors import ConfigError
+from controller.events import EventTTL
 from controller.ingest import Ingest
 from controller.liveness import Liveness
 from controller.loops import LOOPS, LoopRunner, build_loops
@@ -151,7 +152,11 @@ async def open_controller(
             "descheduler": functools.partial(DeschedulerLoop, metrics=descheduler_metrics),
         }
     )
-    components: list[lifecycle.Component] = [LoopRunner(store, loops)]
+    components: list[lifecycle.Component] = [
+        LoopRunner(store, loops),
+        # Beside the control loops, not among them: ``simulate`` keeps every Event of its run.
+        LoopRunner(store, [EventTTL(ttl=cfg.store.event_ttl)], name=EventTTL.name),
+    ]
     if bus is None and cfg.ingest.transport == "mqtt":
         bus = await _bridge(stack, cfg, registry)
     if bus is not None:

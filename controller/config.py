@@ -16,6 +16,7 @@ Every key is optional; an unknown key is an error naming it (exit status 2). Exa
     synchronous = "NORMAL"        # or "FULL": fsync every commit (survives power loss)
     report_write_interval = 60    # an agent's newer report reaches the state file this late
     start_fresh = false           # true: start empty where a store was initialised and lost
+    event_ttl = 3600              # seconds an Event is kept after its last write
 
     [metrics]
     address = ":9317"
@@ -86,6 +87,8 @@ class StoreSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: there and its database is missing or empty (else the start is refused, exit 2). Set it
     #: for the one start that is meant to begin again, then remove it. Default false.
     start_fresh: bool = False
+    #: Seconds an Event is kept after its last write (Kubernetes' ``--event-ttl``, 1 h).
+    event_ttl: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
 
 
 class MetricsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -11,8 +11,6 @@ from pathlib import Path
 from controller import app
 from controller.config import DEFAULT_STATE_DIR, ControllerConfig, load
 from controller.errors import ConfigError, ControllerError
-from controller.events import EVENT_TTL, EventTTL
-from controller.loops import LoopRunner
 from koordpy import configfile, lifecycle, logs, mqtt
 from koordpy.exposition import MetricsAddressError
 
@@ -30,14 +28,11 @@ async def run(
     api_token: str | None = None,
     stop: asyncio.Event,
     own_process: bool = False,
-    event_ttl: float = EVENT_TTL,
 ) -> None:
     """Serve until ``stop`` is set; every resource is closed before returning.
 
     ``own_process``: the controller is this process's only job, so the garbage collector is
-    tuned for its heap once the store is loaded (:func:`koordpy.lifecycle.settle_heap`).
-    Events are deleted ``event_ttl`` seconds after their last write
-    (:class:`controller.events.EventTTL`, beside the control loops: ``simulate`` keeps them)."""
+    tuned for its heap once the store is loaded (:func:`koordpy.lifecycle.settle_heap`)."""
     async with contextlib.AsyncExitStack() as stack:
         controller = await app.open_controller(
             stack,
@@ -51,9 +46,8 @@ async def run(
         if own_process:
             lifecycle.settle_heap()
         lifecycle.notify_ready()
-        expiry = LoopRunner(controller.store, [EventTTL(ttl=event_ttl)], name=EventTTL.name)
         await lifecycle.run_components(
-            [*controller.components, expiry], stop, restarts_metric=controller.restarts
+            controller.components, stop, restarts_metric=controller.restarts
         )
         lifecycle.notify_stopping()
 

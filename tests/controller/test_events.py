@@ -14,7 +14,7 @@ from apis.kinds import default_registry
 from apis.meta import ObjectMeta
 from controller import daemon
 from controller.api.client import Client, Unreachable
-from controller.config import ControllerConfig
+from controller.config import ControllerConfig, StoreSection
 from controller.events import EVENT_TTL, MAX_MESSAGE_BYTES, NORMAL, WARNING, EventRecorder, EventTTL
 from controller.loops import LoopContext
 from controller.store import Store
@@ -193,18 +193,17 @@ def test_a_configured_ttl_and_an_event_with_only_a_creation_time() -> None:
 
 
 async def test_the_controller_daemon_expires_events(tmp_path: Path) -> None:
-    """``koordpy controller run`` runs the loop (here with a TTL of one second): an Event
+    """``koordpy controller run`` runs the loop (here with ``[store] event_ttl = 1``): an Event
     created through the API goes by itself."""
     stop = asyncio.Event()
     api = f"unix://{tmp_path / 'c.sock'}"
     served = asyncio.create_task(
         daemon.run(
-            ControllerConfig(),
+            ControllerConfig(store=StoreSection(event_ttl=1.0)),
             state_dir=tmp_path / "state",
             api_address=api,
             metrics_address="off",
             stop=stop,
-            event_ttl=1.0,
         )
     )
     kind = default_registry().for_type(Event)
