@@ -5,8 +5,9 @@ Subscribes to ``koordpy/v1/nodes/+/+`` and, per topic leaf:
 * ``node`` -> the Node, applied with the agent's status and labels; labels and annotations
   others set, the spec (taints, unschedulable) and finalizers are kept. A report may change
   only what the agent owns (:mod:`controller.noderestriction`, after Kubernetes'
-  NodeRestriction): one that would change anything else is refused whole, said once per
-  node. Labels of its own the agent stops reporting are removed (the keys it last set are
+  NodeRestriction): a change to anything else is held back (the stored value kept, the
+  rest of the report taken), said once per node.
+  Labels of its own the agent stops reporting are removed (the keys it last set are
   remembered in an annotation);
 * ``device`` -> the Device; its owner reference is pointed at the stored Node's uid;
 * ``nodemetric`` -> the NodeMetric's status; its spec stays what the controller or the user
@@ -105,7 +106,7 @@ from controller.liveness import (
     lost_because,
     mark_unreachable,
 )
-from controller.noderestriction import agent_owns_label, refusal
+from controller.noderestriction import agent_owns_label, restricted
 from controller.store import Outcome, Store
 from koordpy.bus import (
     CONTROLLER_LEAVES,
@@ -684,7 +685,6 @@ class Ingest:
                 self._taken.pop(message.topic, None)
         if leaf == "node" and result is Result.APPLIED:
             self._vouched.discard(node)
-            self._refused.pop((node, "node"), None)
         liveness = self._liveness
         if liveness is None or not node:
             return
@@ -813,7 +813,7 @@ class Ingest:
         stored one's), or, when it was lost because its status said offline and an ``online``
         has since vouched for the agent (``vouched``), with the same one. ``restore_only``:
         write nothing unless that brings it back. A change the node may not make
-        (:mod:`controller.noderestriction`) is refused whole.
+        (:mod:`controller.noderestriction`) is held back.
         """
         _check_name(node, incoming)
         kind = self._kind(Node)
@@ -831,11 +831,11 @@ class Ingest:
             stored = found if isinstance(found, Node) else None
             if restore_only and (stored is None or not is_marked(stored)):
                 return Result.UNCHANGED
-            merged = merge_node(stored, incoming)
-            why = refusal(stored, merged, ignore=(AGENT_LABELS_ANNOTATION,))
+            merged, why = restricted(
+                stored, merge_node(stored, incoming), ignore=(AGENT_LABELS_ANNOTATION,)
+            )
             if why is not None:
                 refused.append(why)
-                return Result.FORBIDDEN
             if stored is not None and is_marked(stored):
                 # A repeated report (after a restart, the one stored) does not bring a lost
                 # node back.
@@ -858,9 +858,13 @@ class Ingest:
             return Result.UNCHANGED if outcome is Outcome.UNCHANGED else Result.APPLIED
 
         def done(result: Result) -> Result:
-            if refused and self._refused.get((node, "node")) != refused[0]:
+            if not refused:
+                self._refused.pop((node, "node"), None)
+            elif self._refused.get((node, "node")) != refused[0]:
                 self._refused[(node, "node")] = refused[0]
-                _log.warning("refused a Node report: %s", refused[0], extra={"node": node})
+                _log.warning(
+                    "held back part of a Node report: %s", refused[0], extra={"node": node}
+                )
             return result
 
         return _Write(write, done)

@@ -2,14 +2,15 @@
 
 A node reports through its own topics only (the broker's ACL sees to that); this module says
 which of the Node's fields such a report may change. The ingest applies a report's status
-whole (the agent's), keeps the spec (taints, unschedulable) of a stored Node, and asks
-:func:`refusal` about the labels and annotations before it writes:
+whole (the agent's), keeps the spec (taints, unschedulable) of a stored Node, and passes
+the labels and annotations through :func:`restricted` before it writes:
 
 * **Registering** (no Node stored yet), a node may set any label except, as Kubernetes has
   it for kubelets, those in the ``node-restriction.kubernetes.io`` namespace (or a subdomain)
   and those in ``kubernetes.io`` / ``k8s.io`` (or a subdomain) outside the kubelet's own set
   (:data:`KUBELET_LABELS` and the ``kubelet.kubernetes.io`` / ``node.kubernetes.io``
-  namespaces): the labels a machine is given, as the kubelet's ``--node-labels``.
+  namespaces): the labels a machine is given, as the kubelet's ``--node-labels``. Those it
+  may not set are left out of the Node it registers.
 * **Afterwards** it may add, change or remove only the labels and annotations its agent owns:
   the kubelet's set above, koordpy's ``node.koordpy.io/`` labels, the GPU labels the agent
   takes from its Device (:data:`AGENT_LABELS`) and the CPU topology annotation
@@ -28,6 +29,8 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Final
 
+import msgspec
+
 from apis import constants as k
 from apis.core import Node
 
@@ -37,7 +40,7 @@ __all__ = [
     "AGENT_LABEL_PREFIXES",
     "KUBELET_LABELS",
     "agent_owns_label",
-    "refusal",
+    "restricted",
 ]
 
 #: Labels a kubelet may set in the ``kubernetes.io`` and ``k8s.io`` namespaces.
@@ -104,31 +107,56 @@ def _changed(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
     return sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
 
 
-def refusal(stored: Node | None, merged: Node, *, ignore: Iterable[str] = ()) -> str | None:
-    """Why the node may not write ``merged`` over ``stored`` (None: it may).
+def _kept(old: Mapping[str, str], new: Mapping[str, str], keys: Iterable[str]) -> dict[str, str]:
+    """``new`` with each of ``keys`` as ``old`` has it (absent where ``old`` lacks it)."""
+    out = dict(new)
+    for key in keys:
+        if key in old:
+            out[key] = old[key]
+        else:
+            out.pop(key, None)
+    return out
+
+
+def restricted(
+    stored: Node | None, merged: Node, *, ignore: Iterable[str] = ()
+) -> tuple[Node, str | None]:
+    """``merged`` as the node may write it over ``stored``, and what was held back (None:
+    nothing): each label and annotation it may not change keeps its stored value.
 
     ``ignore``: annotation keys the controller itself keeps on the Node.
     """
     name = merged.metadata.name
+    meta = merged.metadata
     if stored is None:
-        bad = sorted(key for key in merged.metadata.labels if not _kubelet_may_set(key))
+        bad = sorted(key for key in meta.labels if not _kubelet_may_set(key))
         if not bad:
-            return None
-        return f'node "{name}" is not allowed to set the following labels: {", ".join(bad)}'
+            return merged, None
+        why = f'node "{name}" is not allowed to set the following labels: {", ".join(bad)}'
+        return _with(merged, _kept({}, meta.labels, bad), meta.annotations), why
     skip = frozenset(ignore)
-    labels = [
-        key
-        for key in _changed(stored.metadata.labels, merged.metadata.labels)
-        if not agent_owns_label(key)
-    ]
+    have = stored.metadata
+    labels = [key for key in _changed(have.labels, meta.labels) if not agent_owns_label(key)]
     annotations = [
         key
-        for key in _changed(stored.metadata.annotations, merged.metadata.annotations)
+        for key in _changed(have.annotations, meta.annotations)
         if key not in AGENT_ANNOTATIONS and key not in skip
     ]
-    said = []
+    if not labels and not annotations:
+        return merged, None
+    said: list[str] = []
     if labels:
         said.append(f"is not allowed to modify labels: {', '.join(labels)}")
     if annotations:
         said.append(f"is not allowed to modify annotations: {', '.join(annotations)}")
-    return f'node "{name}" {"; ".join(said)}' if said else None
+    kept = _with(
+        merged,
+        _kept(have.labels, meta.labels, labels),
+        _kept(have.annotations, meta.annotations, annotations),
+    )
+    return kept, f'node "{name}" {"; ".join(said)}'
+
+
+def _with(node: Node, labels: dict[str, str], annotations: Mapping[str, str]) -> Node:
+    meta = msgspec.structs.replace(node.metadata, labels=labels, annotations=dict(annotations))
+    return msgspec.structs.replace(node, metadata=meta)
