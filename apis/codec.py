@@ -18,13 +18,15 @@ import yaml
 
 from apis.duration import Duration
 from apis.errors import DecodeError, UnknownKind
-from apis.goyaml import KubeLoader, jsonable
+from apis.goyaml import MAX_DEPTH, DuplicateKeys, KubeLoader, jsonable, too_deep
 from apis.kinds import Kind, Registry, default_registry
 from apis.meta import Object
 from apis.nulls import unset_nulls
 from apis.resources import ResourceList
 
 __all__ = [
+    "MAX_DEPTH",
+    "check_depth",
     "decode_as",
     "decode_documents",
     "decode_json",
@@ -221,8 +223,49 @@ def decode_object(raw: Any, *, registry: Registry | None = None) -> Object:
     return decode_as(raw, kind.type)
 
 
+#: What :func:`check_depth` keeps of a text: brackets (braces read as brackets) and quotes.
+_STRUCTURE = bytes.maketrans(b"{}", b"[]"), bytes(set(range(256)) - set(b'[]{}"'))
+
+
+def _outside_strings(raw: bytes) -> bytes:
+    """The brackets of the JSON text ``raw`` that are not inside strings (all of them after a
+    quote that never closes are). Only C-speed bytes operations: linear in ``len(raw)``."""
+    if b'\\"' in raw:  # escaped quotes are no quotes; escaped backslashes go first (in
+        if b"\\\\" in raw:  # ``\\\\"`` the quote closes a string)
+            raw = raw.replace(b"\\\\", b"")
+        raw = raw.replace(b'\\"', b"")
+    kept = raw.translate(*_STRUCTURE).replace(b'""', b"")  # strings without brackets
+    if b'"' not in kept:
+        return kept
+    return b"".join(kept.split(b'"')[::2])
+
+
+def check_depth(data: bytes | str) -> None:
+    """:class:`DecodeError` when the JSON ``data`` nests maps and lists deeper than
+    :data:`MAX_DEPTH` (also when it is not JSON but would recurse that deep before a decoder
+    noticed). Linear in the size of ``data`` (times the depth, for deeply nested text)."""
+    raw = data.encode() if isinstance(data, str) else data
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return
+    brackets = left = _outside_strings(raw)
+    for _ in range(MAX_DEPTH):  # each pass takes away the innermost level of pairs
+        shorter = left.replace(b"[]", b"")
+        if not shorter:
+            return
+        if len(shorter) == len(left):
+            break  # not JSON
+        left = shorter
+    depth = 0  # some left: deeper, or not JSON; count the levels as a decoder would go
+    for byte in brackets:
+        depth += 1 if byte == 0x5B else -1
+        if depth > MAX_DEPTH:
+            raise DecodeError(f"invalid JSON: {too_deep()}")
+
+
 def decode_json(data: bytes | str, target: type[T]) -> T:
-    """Fast path for trusted JSON of a known type (store reload, wire messages)."""
+    """Fast path for trusted JSON of a known type (store reload, wire messages); JSON nested
+    deeper than :data:`MAX_DEPTH` is refused (:func:`check_depth`)."""
+    check_depth(data)
     try:
         return _decoder(target).decode(data)
     except msgspec.ValidationError as err:
@@ -239,10 +282,13 @@ def _safe_json(data: bytes | str) -> Any:
 
 
 def load_yaml_documents(text: str, *, source: str = "") -> list[Any]:
-    """Parse multi-document YAML (JSON is YAML too) as Kubernetes does (:mod:`apis.goyaml`);
-    empty documents are dropped."""
+    """Parse multi-document YAML (JSON is YAML too) as Kubernetes does (:mod:`apis.goyaml`:
+    duplicate keys and nesting deeper than :data:`MAX_DEPTH` refused); empty documents are
+    dropped."""
     try:
         docs = list(yaml.load_all(text, Loader=KubeLoader))  # a SafeLoader subclass
+    except DuplicateKeys as err:
+        raise DecodeError(str(err.problem), source=source) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

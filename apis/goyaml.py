@@ -13,22 +13,50 @@ A plain (unquoted) scalar resolves as go-yaml v2 resolves it, not as YAML 1.1 or
 Then the JSON step: every mapping key becomes a string (``1`` -> ``"1"``, ``on`` -> ``"true"``),
 a float with an integral value becomes an int (JSON cannot tell ``2.0`` from ``2``), and a NaN or
 infinity is refused, since JSON cannot carry it.
+
+Refused as kubectl refuses them: a key given twice in one mapping (keys a merge ``<<`` brings
+in may be overridden), each named with its line::
+
+    error converting YAML to JSON: yaml: unmarshal errors:
+      line 5: key "cpu" already set in map
+
+and, so that no document reaches Python's recursion limit or takes forever, maps and lists
+nested deeper than :data:`MAX_DEPTH` (aliases included) and aliases standing for more than
+:data:`MAX_ALIASED_NODES` nodes.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from collections.abc import Hashable
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
 from apis.errors import DecodeError
 
-__all__ = ["KubeLoader", "jsonable", "resolve_plain"]
+__all__ = [
+    "MAX_ALIASED_NODES",
+    "MAX_DEPTH",
+    "DuplicateKeys",
+    "KubeLoader",
+    "jsonable",
+    "resolve_plain",
+]
+
+#: The deepest nesting of maps and lists a document may have. (Kubernetes' decoders stop at
+#: 10000 levels; Python's recursion limit would not reach that, and no object needs 100.)
+MAX_DEPTH: Final = 100
+#: The most nodes the aliases of one document may stand for (go-yaml refuses "excessive
+#: aliasing" likewise): a few lines of anchors can otherwise stand for billions of nodes.
+MAX_ALIASED_NODES: Final = 1_000_000
+_EXCESSIVE_ALIASING: Final = (
+    f"document contains excessive aliasing (more than {MAX_ALIASED_NODES} nodes by alias)"
+)
 
 _STR = "tag:yaml.org,2002:str"
 _BOOL = "tag:yaml.org,2002:bool"
@@ -106,8 +134,65 @@ def resolve_plain(text: str) -> tuple[str, Any]:
     return _STR, text
 
 
+def too_deep() -> str:
+    """What a document nested deeper than :data:`MAX_DEPTH` is told."""
+    return f"maps and lists nested more than {MAX_DEPTH} levels deep"
+
+
+class DuplicateKeys(yaml.constructor.ConstructorError):
+    """Keys given twice in a mapping; ``problem`` is kubectl's whole message."""
+
+    def __init__(self, found: list[tuple[int, str]]) -> None:
+        lines = "".join(f"\n  line {line}: key {key} already set in map" for line, key in found)
+        super().__init__(problem=f"error converting YAML to JSON: yaml: unmarshal errors:{lines}")
+
+
 class KubeLoader(yaml.SafeLoader):
-    """A SafeLoader whose plain scalars resolve as go-yaml v2 resolves them."""
+    """A SafeLoader whose plain scalars resolve as go-yaml v2 resolves them, refusing
+    duplicate keys, nesting deeper than :data:`MAX_DEPTH` and excessive aliasing."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._duplicates: list[tuple[int, str]] = []
+        #: id of a composed collection -> its nodes, aliases counted as what they stand for
+        self._sizes: dict[int, int] = {}
+        self._aliased = 0  # nodes the aliases of this document stand for
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            node = super().compose_node(parent, index)
+            self._aliased += self._sizes.get(id(node), 1)
+            if self._aliased > MAX_ALIASED_NODES:
+                raise yaml.composer.ComposerError(None, None, _EXCESSIVE_ALIASING, mark)
+            return node
+        if not self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            return super().compose_node(parent, index)
+        if self._depth >= MAX_DEPTH:
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, too_deep(), mark)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        sizes = self._sizes
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        else:
+            children = node.value if node is not None else []
+        sizes[id(node)] = 1 + sum(sizes.get(id(child), 1) for child in children)
+        return node
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._sizes.clear()
+        self._aliased = 0
+        data = super().construct_document(node)
+        found, self._duplicates = self._duplicates, []
+        if found:
+            raise DuplicateKeys(sorted(found))
+        return data
 
     def resolve(self, kind: type[yaml.Node], value: Any, implicit: tuple[bool, bool]) -> str:
         if kind is yaml.ScalarNode and implicit[0]:
@@ -117,9 +202,12 @@ class KubeLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         """Keys as JSON strings at once, so that ``on`` and ``1`` stay two keys."""
+        own = sum(1 for key_node, _ in node.value if key_node.tag != _MERGE)
         self.flatten_mapping(node)
+        merged = len(node.value) - own  # the pairs merges bring in come first
         mapping: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
+        given: set[str] = set()
+        for index, (key_node, value_node) in enumerate(node.value):
             key = self.construct_object(key_node, deep=True)
             try:
                 name = _key(key)
@@ -127,6 +215,11 @@ class KubeLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping", node.start_mark, str(err), key_node.start_mark
                 ) from None
+            if index >= merged:
+                if name in given:
+                    shown = json.dumps(key) if isinstance(key, str) else name
+                    self._duplicates.append((key_node.start_mark.line + 1, shown))
+                given.add(name)
             mapping[name] = self.construct_object(value_node, deep=deep)
         return mapping
 
@@ -184,19 +277,23 @@ def _child(path: str, key: str) -> str:
     return f"{path}[{key}]" if ("." in key or "/" in key) else (f"{path}.{key}" if path else key)
 
 
-def jsonable(value: Any, path: str = "") -> Any:
+def jsonable(value: Any, path: str = "", depth: int = 0) -> Any:
     """``value`` (as :class:`KubeLoader` builds it, keys already strings) as it comes out of
-    the JSON step: no NaN/infinity, integral floats as ints. ``value`` itself when unchanged."""
+    the JSON step: no NaN/infinity, integral floats as ints. ``value`` itself when unchanged.
+    ``depth`` is that of ``value``: aliases may nest a document deeper than it is written,
+    and a value reaching :data:`MAX_DEPTH` is refused here."""
+    if isinstance(value, (dict, list)) and depth >= MAX_DEPTH:
+        raise DecodeError(too_deep(), field=path)
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         changed = False
         for key, item in value.items():
-            new = jsonable(item, _child(path, key))
+            new = jsonable(item, _child(path, key), depth + 1)
             changed = changed or new is not item
             out[key] = new
         return out if changed else value
     if isinstance(value, list):
-        items = [jsonable(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        items = [jsonable(item, f"{path}[{index}]", depth + 1) for index, item in enumerate(value)]
         return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
     if type(value) is float:
         if not math.isfinite(value):

@@ -15,7 +15,8 @@
   removes its last finalizer deletes it.
 - ``create``, ``update`` and ``apply`` pass the object through admission
   (:mod:`controller.admission`) inside the write's transaction, which may change it or refuse
-  it (``Invalid``, ``Forbidden``); a refused write stores nothing.
+  it (``Invalid``, ``Forbidden``); a refused write stores nothing. So is an object whose JSON
+  is over :data:`MAX_OBJECT_BYTES` (1.5 MiB, what the API server can store).
 - Watches deliver ADDED/MODIFIED/DELETED in resourceVersion order (:mod:`controller.watching`);
   control loops read immutable snapshots (:mod:`controller.snapshots`).
 
@@ -100,6 +101,9 @@ _GENERATE_ATTEMPTS = 16
 MAX_CHANGED_SINCE = 10_000
 #: Recently stored objects whose JSON :meth:`Store.encode` keeps (encoded once, served often).
 ENCODED_CACHE_SIZE = 8_192
+#: The most bytes of JSON an object may be stored as (etcd's request limit, which the API
+#: server answers a larger object with: "request is too large").
+MAX_OBJECT_BYTES = 1_572_864
 #: hex digit -> the digit with the RFC 4122 variant bits (10xx) set
 _UUID_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
@@ -111,6 +115,23 @@ def _RESOURCE_VERSION_ON_CREATE(value: str) -> validation.FieldError:  # noqa: N
         value,
         "must be empty: it should not be set on objects to be created",
     )
+
+
+def _encoded_within_limit(kind: Kind, obj: Object) -> bytes:
+    """``obj`` as stored (to keep for the commit); ``Invalid`` when that is more than
+    :data:`MAX_OBJECT_BYTES`."""
+    data = encode(obj)
+    if len(data) > MAX_OBJECT_BYTES:
+        meta = obj.metadata
+        raise Invalid(
+            f'{kind.qualified_plural} "{meta.name}" is invalid: request is too large: the'
+            f" object is {len(data)} bytes as JSON, more than the limit of"
+            f" {MAX_OBJECT_BYTES} bytes",
+            kind=kind,
+            namespace=meta.namespace,
+            name=meta.name,
+        )
+    return data
 
 
 _FINALIZERS_FORBIDDEN = validation.FieldError(
@@ -757,6 +778,7 @@ class Store:
             now=self._now(txn),
             resource_version=txn.resource_version,
         )
+        self._remember(new, _encoded_within_limit(kind, new))
         txn.stage((key, ns, name), key, EventType.ADDED, new, None)
         return new
 
@@ -829,6 +851,7 @@ class Store:
         new = mutations.stamp(
             candidate, resource_version=txn.resource_version, generation=generation
         )
+        self._remember(new, _encoded_within_limit(shape.kind, new))
         txn.stage(key, shape.key, EventType.MODIFIED, new, stored)
         return new, Outcome.CONFIGURED
 
@@ -919,7 +942,6 @@ class Store:
         if self._db is not None:
             upserts: builtins.list[tuple[str, str, str, bytes]] = []
             deletes: builtins.list[Key] = []
-            remember = self._remember
             without_report = self._without_report
             #: keys written (or deleted) now -> what the file holds, without the report (None: gone)
             done: dict[Key, Object | None] = {}
@@ -938,9 +960,8 @@ class Store:
                             deferred.append(key)  # only its agent's report changed
                             continue
                         done[key] = bare
-                data = encode(obj)
+                data = self.encode(obj)  # encoded when staged
                 upserts.append((key[0], key[1], key[2], data))
-                remember(obj, data)
             now = time.monotonic()
             if self._behind:
                 self._behind_rows(now, staged, done, upserts)

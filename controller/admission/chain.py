@@ -12,11 +12,13 @@ import builtins
 from collections.abc import Mapping, Sequence
 from typing import Final, Protocol, TypeVar
 
-from apis.core import Pod, PriorityClass
+from apis.apps import DaemonSet, Deployment, ReplicaSet, StatefulSet
+from apis.core import Job, Node, Pod, PriorityClass
 from apis.kinds import Kind, Registry
 from apis.meta import Object
 from apis.quota import ElasticQuota
-from controller.admission import elasticquota, poddefaults, priority
+from apis.scheduling import Reservation
+from controller.admission import elasticquota, poddefaults, priority, validation
 from controller.admission.base import ForbiddenError, InvalidError, Plugin, Registration
 from controller.errors import Forbidden, Invalid, NotFound
 
@@ -29,6 +31,13 @@ PLUGINS: Final[tuple[Registration, ...]] = (
     Registration("PodDefaults", (Pod,), poddefaults.admit_pod_defaults),
     Registration("Priority", (Pod,), priority.admit_pod_priority),
     Registration("ElasticQuotaDefaults", (ElasticQuota,), elasticquota.admit_quota_defaults),
+    Registration("PodValidation", (Pod,), validation.admit_pod_fields),
+    Registration("NodeValidation", (Node,), validation.admit_node_resources),
+    Registration(
+        "PodTemplateValidation",
+        (Reservation, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job),
+        validation.admit_pod_template,
+    ),
     Registration("PriorityClass", (PriorityClass,), priority.admit_priority_class),
     Registration("ElasticQuota", (ElasticQuota,), elasticquota.admit_quota),
     Registration("PodElasticQuota", (Pod,), elasticquota.admit_pod_quota),

@@ -23,8 +23,8 @@ working.
 ``spec.priorityClassName`` keeps the stored ones.
 
 **PriorityClasses.** Names starting ``system-`` are reserved; a value above 1000000000 is
-reserved for the system classes; ``value`` and ``preemptionPolicy`` do not change after create;
-at most one class is the global default.
+reserved for the system classes, one below -2147483648 is no int32; ``value`` and
+``preemptionPolicy`` do not change after create; at most one class is the global default.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from apis.core import Pod, PriorityClass
 from apis.meta import Object
 from apis.validation import FieldError, invalid
 from controller.admission.base import ForbiddenError, InvalidError, Lookup
+from controller.admission.validation import INT32_MAX, INT32_MIN
 
 __all__ = [
     "BUILTIN_CLASSES",
@@ -198,12 +199,18 @@ def admit_priority_class(obj: Object, old: Object | None, lookup: Lookup) -> Obj
         errors.append(
             invalid("value", str(obj.value), f"must be {BUILTIN_CLASSES[name].value} for {name}")
         )
-    if name not in _SYSTEM_CLASSES and obj.value > HIGHEST_USER_PRIORITY:
+    if obj.value < INT32_MIN:
         errors.append(
             invalid(
+                "value", str(obj.value), f"must be between {INT32_MIN} and {INT32_MAX} (an int32)"
+            )
+        )
+    if name not in _SYSTEM_CLASSES and obj.value > HIGHEST_USER_PRIORITY:
+        errors.append(
+            FieldError(
                 "value",
-                str(obj.value),
-                f"must be at most {HIGHEST_USER_PRIORITY} (higher values are the system classes')",
+                "Forbidden",
+                f"maximum allowed value of a user defined priority is {HIGHEST_USER_PRIORITY}",
             )
         )
     policy = obj.preemption_policy

@@ -29,7 +29,7 @@ import msgspec
 from grpc import aio
 
 from apis import labels
-from apis.codec import decode_json
+from apis.codec import check_depth, decode_json
 from apis.errors import DecodeError, UnknownKind
 from apis.kinds import Kind
 from apis.meta import Object
@@ -141,6 +141,7 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
         return self._store.registry.for_key(key)
 
     def _decode(self, body: bytes) -> Object:
+        check_depth(body)  # before any decoder recurses into it
         try:
             head = _HEAD.decode(body)
         except msgspec.DecodeError as err:
