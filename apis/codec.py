@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from apis.bounded import nested_deeper
 from apis.duration import Duration
 from apis.errors import DecodeError, UnknownKind
 from apis.goyaml import MAX_DEPTH, DuplicateKeys, KubeLoader, jsonable, too_deep
@@ -223,43 +224,12 @@ def decode_object(raw: Any, *, registry: Registry | None = None) -> Object:
     return decode_as(raw, kind.type)
 
 
-#: What :func:`check_depth` keeps of a text: brackets (braces read as brackets) and quotes.
-_STRUCTURE = bytes.maketrans(b"{}", b"[]"), bytes(set(range(256)) - set(b'[]{}"'))
-
-
-def _outside_strings(raw: bytes) -> bytes:
-    """The brackets of the JSON text ``raw`` that are not inside strings (all of them after a
-    quote that never closes are). Only C-speed bytes operations: linear in ``len(raw)``."""
-    if b'\\"' in raw:  # escaped quotes are no quotes; escaped backslashes go first (in
-        if b"\\\\" in raw:  # ``\\\\"`` the quote closes a string)
-            raw = raw.replace(b"\\\\", b"")
-        raw = raw.replace(b'\\"', b"")
-    kept = raw.translate(*_STRUCTURE).replace(b'""', b"")  # strings without brackets
-    if b'"' not in kept:
-        return kept
-    return b"".join(kept.split(b'"')[::2])
-
-
 def check_depth(data: bytes | str) -> None:
     """:class:`DecodeError` when the JSON ``data`` nests maps and lists deeper than
     :data:`MAX_DEPTH` (also when it is not JSON but would recurse that deep before a decoder
     noticed). Linear in the size of ``data`` (times the depth, for deeply nested text)."""
-    raw = data.encode() if isinstance(data, str) else data
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
-        return
-    brackets = left = _outside_strings(raw)
-    for _ in range(MAX_DEPTH):  # each pass takes away the innermost level of pairs
-        shorter = left.replace(b"[]", b"")
-        if not shorter:
-            return
-        if len(shorter) == len(left):
-            break  # not JSON
-        left = shorter
-    depth = 0  # some left: deeper, or not JSON; count the levels as a decoder would go
-    for byte in brackets:
-        depth += 1 if byte == 0x5B else -1
-        if depth > MAX_DEPTH:
-            raise DecodeError(f"invalid JSON: {too_deep()}")
+    if nested_deeper(data, MAX_DEPTH):
+        raise DecodeError(f"invalid JSON: {too_deep()}")
 
 
 def decode_json(data: bytes | str, target: type[T]) -> T:

@@ -34,16 +34,14 @@ false) or no pods (to true); the manual and controller-spec §4.3 keep it immuta
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Final
 
 import msgspec
 
+from apis import bounded
 from apis import constants as k
-from apis.codec import check_depth
 from apis.core import Pod
-from apis.errors import DecodeError
 from apis.meta import Object
 from apis.quantity import QuantityError
 from apis.quota import ElasticQuota
@@ -90,9 +88,8 @@ def _bound_namespaces(quota: ElasticQuota) -> list[str]:
     of strings, and so does this)."""
     text = quota.metadata.annotations.get(k.ANNOTATION_QUOTA_NAMESPACES, "")
     try:
-        check_depth(text)
-        value = json.loads(text) if text else []
-    except (ValueError, DecodeError):
+        value = bounded.decode_any(text, k.ANNOTATION_QUOTA_NAMESPACES) if text else []
+    except bounded.BoundedError:
         return []
     return [n for n in value if isinstance(n, str) and n] if isinstance(value, list) else []
 
@@ -103,12 +100,11 @@ def _shared_weight(quota: ElasticQuota) -> ResourceList | None:
     if not text:
         return None
     try:
-        check_depth(text)
-        raw = json.loads(text)
+        raw = bounded.decode_any(text, "")
         if not isinstance(raw, dict):
             raise ValueError("not a JSON object")
         return ResourceList.parse(raw)
-    except (ValueError, QuantityError, DecodeError) as err:
+    except (ValueError, QuantityError) as err:
         raise InvalidError(
             invalid(_SHARED_WEIGHT, text, f"must be a JSON object of resource quantities: {err}")
         ) from err

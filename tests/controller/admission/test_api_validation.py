@@ -374,6 +374,6 @@ def test_deeply_nested_quota_annotations_are_refused_or_ignored_cleanly(key: str
         if key == k.ANNOTATION_QUOTA_SHARED_WEIGHT:
             error = refused(store, quota("q", annotations={key: deep}))
             assert error.field == f"metadata.annotations[{key}]"
-            assert "maps and lists nested more than 100 levels deep" in str(error)
+            assert "nested deeper than 32 levels" in str(error)
         else:  # not a JSON list of names: bound to no namespace, as Koordinator reads it
             store.apply(quota("q", annotations={key: deep}))
