@@ -16,7 +16,7 @@ image::
     async with controller_bridge(bus, settings, registry=registry) as bridge:
         ...                              # Ingest and NodeFeed speak to `bus` as in `koordpy up`
 
-which is ``MqttBridge(bus, settings, client_id="koordpy-controller", username="controller",
+which is ``MqttBridge(bus, settings, client_id="controller", username="controller",
 uplink=["koordpy/v1/nodes/+/pods", "koordpy/v1/nodes/+/nodeslo"], downlink=[
 "koordpy/v1/nodes/+/node", ... one filter per agent leaf])``.
 
@@ -30,7 +30,10 @@ What the bridge guarantees:
   events (the oldest are dropped and counted); on reconnect the queue is flushed in order.
   After every (re)connect the newest body of every retained topic is published again: the
   broker may have lost it, or published our will meanwhile.
-* **Oversized** bodies (over ``max_payload``) are dropped and counted, never sent or applied.
+* **Oversized** bodies (over ``max_payload``) are dropped and counted, never sent or applied;
+  except a retained body the controller sends a node (``pods``, ``nodeslo``,
+  ``nodemetricspec``: a PodList of thousands of pods), which goes compressed in parts and is
+  put back together, whole and of one version, on the other side (:mod:`koordpy.mqttparts`).
 * **No loops**: a message is never forwarded back the way it came, even when the filters
   overlap (MQTT 5 no-local on the broker side, echo suppression on the bus side).
 * **Never fatal**: a broker that is down, refuses our credentials or drops us is retried
@@ -76,7 +79,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from koordpy import mqttwire
+from koordpy import mqttparts, mqttwire
 from koordpy.bus import (
     AGENT_LEAVES,
     CONTROLLER_LEAVES,
@@ -145,7 +148,9 @@ class MqttSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     username: str = ""
     #: File whose first line is the password (never the password itself in the config).
     password_file: str = ""
-    #: MQTT client id. Default ``koordpy-agent-{node}`` / ``koordpy-controller``.
+    #: MQTT client id. Default: the user name (the agent's node name, the controller's
+    #: ``controller``), which is the ID the shipped broker gives every client whatever it asks
+    #: for (``use_username_as_clientid``): one identity, one session.
     client_id: str = ""
     #: Seconds between keep-alive pings; the broker publishes the will after 1.5 times this
     #: without traffic. Default 30.
@@ -385,19 +390,36 @@ class _LeanSocket:
     the splitter leaves alone) reach paho, which reads each in pieces, one ``recv`` apiece.
     When nothing is left for paho a read says "try again" (``BlockingIOError``), as a
     non-blocking socket with no data does; :meth:`pending` tells the client's reader that
-    more is buffered for it, so a burst costs one wake-up."""
+    more is buffered for it, so a burst costs one wake-up.
 
-    __slots__ = ("_acknowledge", "_buffer", "_deliver", "_sock", "_splitter", "_start", "delivered")
+    Every read that brings bytes calls ``heard`` first: the broker is alive even when paho
+    sees none of those bytes. (paho's keep-alive counts only what it reads itself; behind a
+    burst that takes longer than the keep-alive to read, its PINGRESP waits behind thousands
+    of messages, and paho would drop a connection that never went quiet, and with it the
+    broker's queue for this clean session.)"""
+
+    __slots__ = (
+        "_acknowledge",
+        "_buffer",
+        "_deliver",
+        "_heard",
+        "_sock",
+        "_splitter",
+        "_start",
+        "delivered",
+    )
 
     def __init__(
         self,
         sock: Any,
         deliver: Callable[[list[mqttwire.Publish]], None],
         acknowledge: Callable[[bytes], None],
+        heard: Callable[[], None] = lambda: None,
     ) -> None:
         self._sock = sock
         self._deliver = deliver
         self._acknowledge = acknowledge
+        self._heard = heard
         self._splitter = mqttwire.Splitter()
         self._buffer = b""
         self._start = 0
@@ -409,6 +431,7 @@ class _LeanSocket:
             data: bytes = self._sock.recv(_READ_AHEAD)
             if not data:
                 return data  # the broker closed the connection
+            self._heard()
             read, others = self._splitter.feed(data)
             self._buffer, self._start = others, 0
             if read:
@@ -531,10 +554,16 @@ class _Client(aiomqtt.Client):
         write, after the messages they acknowledge were delivered."""
         self._client._packet_queue(mqttwire.PUBACK << 4, pubacks, 0, 1)
 
+    def _heard(self) -> None:
+        """Bytes came from the broker: what paho's keep-alive reads as "the broker is there"."""
+        client = self._client
+        with client._msgtime_mutex:
+            client._last_bytes_received = paho.time_func()
+
     def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         # Called as the socket is made (on the thread that connects), before anything is
         # read from it.
-        lean = _LeanSocket(sock, self._deliver, self._acknowledge)
+        lean = _LeanSocket(sock, self._deliver, self._acknowledge, self._heard)
         client._sock = lean
         if self._read_pace <= 0:
             super()._on_socket_open(client, userdata, sock)
@@ -684,7 +713,9 @@ def _filters_overlap(first: str, second: str) -> bool:
 
 
 def _leaf(topic: str) -> str:
-    parsed = parse_node_topic(topic)
+    """The leaf of a node topic (of a part's whole body for a part), else ``other``."""
+    part = mqttparts.parse_part_topic(topic)
+    parsed = parse_node_topic(part[0] if part is not None else topic)
     return parsed[1] if parsed is not None else "other"
 
 
@@ -737,6 +768,11 @@ class MqttBridge:
         self.username = username
         self.uplink = tuple(uplink)
         self.downlink = tuple(downlink)
+        #: What the connection subscribes to: the downlink, and the parts of the bodies on
+        #: its filters that may come in parts (:mod:`koordpy.mqttparts`).
+        self._filters = self.downlink + tuple(
+            f"{f}/+" for f in self.downlink if f.rsplit("/", 1)[-1] in mqttparts.PARTED_LEAVES
+        )
         self.will = will
         #: Set while connected to the broker and subscribed to the downlink filters.
         self.connected = asyncio.Event()
@@ -751,6 +787,11 @@ class MqttBridge:
         #: Newest body of every retained topic sent up, in order of its last change: what a
         #: reconnect publishes again.
         self._latest: dict[str, bytes] = {}
+        #: Bodies sent in parts: topic -> (body, manifest, parts), the newest of each topic.
+        self._split: dict[str, tuple[bytes, bytes, list[bytes]]] = {}
+        #: How many parts the broker holds of each topic's body, as we sent them.
+        self._parts_sent: dict[str, int] = {}
+        self._assembler = mqttparts.Assembler()
         #: Sent and not yet acknowledged on the current connection, oldest first.
         self._inflight: dict[int, Outgoing] = {}
         self._inflight_keys = itertools.count()
@@ -889,22 +930,55 @@ class MqttBridge:
                 return
         if message.retain and self._from_broker.get(message.topic) == message.payload:
             return  # the retained replay of something that came from the broker
-        if len(message.payload) > self.settings.max_payload:
-            self._stats.dropped["oversized"] += 1
-            _log.warning(
-                "%s: not sending %s: %d bytes is over max_payload (%d)",
-                self.name,
-                message.topic,
-                len(message.payload),
-                self.settings.max_payload,
-            )
-            return
         retain = _retained(message.topic, message.retain)
+        try:
+            outgoing = self._expand(message.topic, message.payload, retain)
+        except mqttparts.PartsError as err:
+            self._stats.dropped["oversized"] += 1
+            _log.warning("%s: not sending %s: %s", self.name, message.topic, err)
+            return
         if retain:
             self._latest.pop(message.topic, None)
             if message.payload:
                 self._latest[message.topic] = message.payload
-        self._queue(Outgoing(message.topic, message.payload, retain))
+        for one in outgoing:
+            self._queue(one)
+
+    def _expand(self, topic: str, payload: bytes, retain: bool) -> list[Outgoing]:
+        """What goes to the broker for one body: itself, or (a retained body over
+        ``max_payload`` on a leaf that may be parted) its parts and manifest; then the clears of
+        the parts an earlier body of the topic left. :class:`~koordpy.mqttparts.PartsError`
+        for a body that can go neither way."""
+        limit = self.settings.max_payload
+        if len(payload) <= limit:
+            out = [Outgoing(topic, payload, retain)]
+            count = 0
+        elif retain and mqttparts.parted(topic):
+            cached = self._split.get(topic)
+            if cached is None or cached[0] != payload:
+                manifest, parts = mqttparts.split(payload, limit)
+                if len(manifest) > limit:
+                    raise mqttparts.PartsError(
+                        f"its manifest of {len(parts)} parts is over max_payload ({limit})"
+                    )
+                cached = self._split[topic] = (payload, manifest, parts)
+            _, manifest, parts = cached
+            out = [
+                Outgoing(mqttparts.part_topic(topic, i), part, True) for i, part in enumerate(parts)
+            ]
+            out.append(Outgoing(topic, manifest, True))
+            count = len(parts)
+        else:
+            raise mqttparts.PartsError(f"{len(payload)} bytes is over max_payload ({limit})")
+        if retain:
+            before = self._parts_sent.pop(topic, 0)
+            stale = range(count, before)
+            out += [Outgoing(mqttparts.part_topic(topic, i), b"", True) for i in stale]
+            if count:
+                self._parts_sent[topic] = count
+            else:
+                self._split.pop(topic, None)
+        return out
 
     def _queue(self, message: Outgoing) -> None:
         limit = (
@@ -944,12 +1018,17 @@ class MqttBridge:
         """Messages from the broker (called by the client as they arrive): onto the bus."""
         for message in messages:
             try:
-                self._put_on_bus(message.topic, message.payload, message.retain)
+                self._take(message.topic, message.payload, message.retain)
+            except mqttparts.PartsError as err:
+                self._stats.dropped["invalid"] += 1
+                _log.warning("%s: dropped %s from the broker: %s", self.name, message.topic, err)
             except Exception:  # a bad message must not cost the connection
                 self._stats.dropped["invalid"] += 1
                 _log.exception("%s: dropped a message from the broker", self.name)
 
-    def _put_on_bus(self, topic: str, payload: bytes, retained: bool) -> None:
+    def _take(self, topic: str, payload: bytes, retained: bool) -> None:
+        """One message from the broker: a part or a manifest goes to the assembler (the body
+        they make, once whole, onto the bus), anything else onto the bus."""
         if len(payload) > self.settings.max_payload:
             self._stats.dropped["oversized"] += 1
             _log.warning(
@@ -960,6 +1039,21 @@ class MqttBridge:
                 self.settings.max_payload,
             )
             return
+        part = mqttparts.parse_part_topic(topic)
+        if part is not None:
+            whole = self._assembler.part(*part, payload)
+            topic = part[0]
+        elif mqttparts.is_manifest(payload) and mqttparts.parted(topic):
+            whole = self._assembler.manifest(topic, payload)
+        else:
+            if mqttparts.parted(topic):
+                self._assembler.whole(topic)
+            self._put_on_bus(topic, payload, retained)
+            return
+        if whole is not None:
+            self._put_on_bus(topic, whole, True)
+
+    def _put_on_bus(self, topic: str, payload: bytes, retained: bool) -> None:
         parsed = parse_node_topic(topic)
         leaf = parsed[1] if parsed is not None else "other"
         retain = leaf in RETAINED_LEAVES if parsed is not None else retained
@@ -1082,11 +1176,11 @@ class MqttBridge:
     async def _connected(self, client: _Client) -> None:
         self._stats.connects += 1
         self._window = asyncio.Semaphore(min(client.receive_maximum, _WINDOW))
-        if self.downlink:
+        if self._filters:
             codes = await client.subscribe(
-                [(f, SubscribeOptions(qos=1, noLocal=True)) for f in self.downlink]
+                [(f, SubscribeOptions(qos=1, noLocal=True)) for f in self._filters]
             )
-            for topic_filter, code in zip(self.downlink, codes, strict=False):
+            for topic_filter, code in zip(self._filters, codes, strict=False):
                 if isinstance(code, ReasonCode) and code.is_failure:
                     _log.error(
                         "%s: the broker refused the subscription to %s: %s",
@@ -1096,7 +1190,11 @@ class MqttBridge:
                     )
         # The broker may have lost our retained state, or published our will meanwhile.
         self._outbox.push_front(
-            [Outgoing(topic, payload, True) for topic, payload in self._latest.items()]
+            [
+                outgoing
+                for topic, payload in self._latest.items()
+                for outgoing in self._expand(topic, payload, True)
+            ]
         )
         self._changed()
         _log.info(
@@ -1238,7 +1336,7 @@ def agent_bridge(
     return MqttBridge(
         bus,
         settings,
-        client_id=settings.client_id or f"koordpy-agent-{node}",
+        client_id=settings.client_id or settings.username or node,
         username=settings.username or node,
         uplink=[node_topic(node, leaf) for leaf in AGENT_LEAVES],
         downlink=[node_topic(node, leaf) for leaf in CONTROLLER_LEAVES],
@@ -1256,7 +1354,7 @@ def controller_bridge(
     return MqttBridge(
         bus,
         settings,
-        client_id=settings.client_id or "koordpy-controller",
+        client_id=settings.client_id or settings.username or "controller",
         username=settings.username or "controller",
         uplink=[f"{nodes}/{leaf}" for leaf in CONTROLLER_LEAVES],
         downlink=[f"{nodes}/{leaf}" for leaf in AGENT_LEAVES],

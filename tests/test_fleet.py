@@ -10,6 +10,7 @@ pods from the controller's bindings) beside it. The store is read through the co
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -133,6 +134,16 @@ class Fleet:
                     if sample.name.endswith("_total"):
                         found[(sample.labels["leaf"], sample.labels["result"])] = sample.value
         return found
+
+    def metric(self, name: str) -> float:
+        """The controller's sample ``name`` (unlabelled)."""
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and not sample.labels:
+                    return sample.value
+        raise AssertionError(f"no {name} in the controller's metrics")
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -267,13 +278,58 @@ def test_an_agent_authenticated_as_node_a_cannot_report_for_node_b(
     wait_for("the broker to refuse the impostor", refused)
     time.sleep(1.0)  # what it might have sent has had time to arrive
     assert impostor.poll() is None  # refused, not crashed: it keeps trying
+    # To the broker it is node-a (its client ID is its user name): it shares node-a's one
+    # session, and node-a is back once it is gone.
+    _stop(impostor)
+    fleet.agents.remove(impostor)
     for kind in (NODES, DEVICES, NODEMETRICS):
         assert fleet.get(kind, "node-b") is None
-    after = fleet.node(node_a)
-    assert after is not None
+    after = wait_for(
+        "node-a Ready", lambda: (n := fleet.node(node_a)) is not None and n.is_ready and n
+    )
     assert before is not None
     assert after.metadata.uid == before.metadata.uid
-    assert after.is_ready
+
+
+def test_node_credentials_cannot_push_the_controller_or_a_node_off_the_broker(
+    fleet: Fleet, node_a: str
+) -> None:
+    broker = fleet.broker
+    assert broker.ca is not None
+    cert, key = broker.certificate("node-d")
+    # The client IDs the controller and node-a's agent are connected with, as the broker saw
+    # them (user names controller and node-a).
+    log = broker.log()
+    ids = {
+        user: client_id for client_id, user in re.findall(r" as (\S+) \(p5, [^)]*u'([^']+)'\)", log)
+    }
+    connects = fleet.metric("koordpy_mqtt_connects_total")
+    for victim in (ids["controller"], ids[node_a]):
+        client = paho.Client(CallbackAPIVersion.VERSION2, client_id=victim, protocol=paho.MQTTv5)
+        client.tls_set(ca_certs=str(broker.ca.cert), certfile=str(cert), keyfile=str(key))
+        client.connect(broker.host, broker.port)
+        client.loop_start()
+        try:
+            wait_for("node-d's connection", client.is_connected)
+            # A heartbeat of node-a after node-d came: node-a's agent and the controller are
+            # both still on the broker.
+            beat = _heartbeat(fleet.node(node_a))
+            wait_for(
+                "a newer heartbeat of node-a",
+                lambda beat=beat: (
+                    (b := _heartbeat(fleet.node(node_a))) is not None
+                    and beat is not None
+                    and b > beat
+                ),
+            )
+        finally:
+            client.disconnect()
+            client.loop_stop()
+    assert fleet.metric("koordpy_mqtt_connects_total") == connects, "the controller was pushed off"
+    node = fleet.node(node_a)
+    assert node is not None
+    assert node.is_ready
+    assert "already connected, closing old connection" not in broker.log()[len(log) :]
 
 
 def test_garbage_oversized_and_wrong_kind_payloads_are_dropped_and_counted(

@@ -460,34 +460,30 @@ async def test_a_clean_exit_sends_the_final_offline_and_no_will(broker: Broker) 
 @pytest.mark.network
 async def test_tls_with_client_certificates_and_the_acl(secure_broker: Broker) -> None:
     broker = secure_broker
-    cbus, abus, ibus = Bus(), Bus(), Bus()
+    nbus = Bus()
     registry = CollectorRegistry()
     own = {leaf: node_topic("node-a", leaf) for leaf in ("node", "events", "pods")}
     foreign_node, foreign_pods = node_topic("node-b", "node"), node_topic("node-b", "pods")
-    # node-a's certificate, publishing where node-a may not: under node-b, and node-a's pods.
-    impostor = MqttBridge(
-        ibus,
+    # node-a's certificate, publishing where node-a may, and where it may not: under node-b,
+    # and node-a's pods. (One client per identity: the broker makes the user name the client
+    # ID, so a second node-a would take this one's session.)
+    node = MqttBridge(
+        nbus,
         broker.settings("node-a"),
-        client_id="impostor",
+        client_id="node-a",
         username="node-a",
-        uplink=[foreign_node, own["pods"], own["events"]],
+        uplink=[own["node"], foreign_node, own["pods"], own["events"]],
         downlink=[foreign_pods, own["pods"]],
         registry=registry,
     )
-    async with (
-        controller_bridge(cbus, broker.settings("controller")) as controller,
-        agent_bridge(abus, broker.settings("node-a"), "node-a", will_payload=OFFLINE) as agent,
-        broker_client(broker, "controller") as spy,
-        impostor,
-    ):
-        await connected(controller, agent, impostor)
-        await spy.subscribe("koordpy/v1/nodes/#", qos=1)
-        async with collecting(spy) as seen:
-            abus.publish(own["node"], b"node-a's node", retain=True)
-            await until(lambda: retained(cbus).get(own["node"]) == b"node-a's node", "own node")
-            ibus.publish(foreign_node, b"forged", retain=True)
-            ibus.publish(own["pods"], b"forged pods", retain=True)
-            ibus.publish(own["events"], b"marker")
+    async with broker_client(broker, "controller") as controller, node:
+        await connected(node)
+        await controller.subscribe("koordpy/v1/nodes/#", qos=1)
+        async with collecting(controller) as seen:
+            nbus.publish(own["node"], b"node-a's node", retain=True)
+            nbus.publish(foreign_node, b"forged", retain=True)
+            nbus.publish(own["pods"], b"forged pods", retain=True)
+            nbus.publish(own["events"], b"marker")
             await until(lambda: any(m.payload == b"marker" for m in seen), "the marker")
             await until(
                 lambda: (
@@ -497,15 +493,15 @@ async def test_tls_with_client_certificates_and_the_acl(secure_broker: Broker) -
                 "both refusals counted",
             )
             # The controller may write pods; node-a reads its own only.
-            cbus.publish(foreign_pods, b"node-b's pods", retain=True)
-            cbus.publish(own["pods"], b"node-a's pods", retain=True)
-            await until(lambda: retained(ibus).get(own["pods"]) == b"node-a's pods", "own pods")
+            await controller.publish(foreign_pods, b"node-b's pods", qos=1, retain=True)
+            await controller.publish(own["pods"], b"node-a's pods", qos=1, retain=True)
+            await until(lambda: retained(nbus).get(own["pods"]) == b"node-a's pods", "own pods")
             await asyncio.sleep(0.3)
+        assert [m.payload for m in seen if m.topic.value == own["node"]] == [b"node-a's node"]
         assert [m.payload for m in seen if m.payload in (b"forged", b"forged pods")] == []
         # The pods that came down were not sent back up (the filters overlap).
         assert sample(registry, "koordpy_mqtt_messages_dropped_total", reason="not_authorised") == 2
-        assert foreign_node not in retained(cbus)
-        assert foreign_pods not in retained(ibus)
+        assert foreign_pods not in retained(nbus)
 
 
 @contextlib.asynccontextmanager
