@@ -12,12 +12,24 @@ Baseline. Raw ``sqlite3`` inserts of the same rows (the same JSON bodies the sto
 same table and PRAGMAs), each row committed on its own: one acknowledged write = one commit,
 the durability the API gives every write it acknowledges. The ratio is baseline rate / API
 rate; the issue's targets are >= 5,000 writes/s through the API and a ratio <= 3.
+
+Write latency at scale (the latency table). The same gRPC server over a state file, with every
+control loop of the controller running in its event loop (:data:`controller.loops.LOOPS`, as
+``koordpy up`` runs them), over ``--nodes`` nodes. The store is filled to 0, 10k, 50k and 100k
+Pods (bound to the nodes and Running, in 20 namespaces; ``apply_many`` transactions; plus the
+few hundred objects the rows before wrote), the loops
+are let settle and the heap is settled as the daemon does once its store is loaded; then one
+client applies ``--samples`` new Pods (scheduled and bound by the loops), then as many new
+ConfigMaps, one at a time, each timed from request to response. Back to back, a write waits
+for the loop work the one before caused, as a user's next write does. Targets: p99 at 100k
+within 2x of p99 at 0, and a Pod's p99 within 2x of a ConfigMap's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import random
 import sqlite3
@@ -25,26 +37,40 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
+import msgspec
 
 from apis.codec import decode_object, encode_json
+from apis.core import Pod
 from apis.kinds import default_registry
-from apis.meta import Object
+from apis.meta import Object, ObjectMeta
 from controller.api import objects_pb2 as pb
 from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.client import Client
 from controller.api.server import ApiServer
+from controller.loops import LoopRunner, build_loops
 from controller.store import Store
+from koordpy import lifecycle
 
 __all__ = ["main"]
 
+T = TypeVar("T")
+
 TARGET_WRITES_PER_SECOND = 5_000
 TARGET_RATIO = 3.0
+#: Stored pods the latency table is measured at.
+LATENCY_POINTS = (0, 10_000, 50_000, 100_000)
+#: p99 at the most pods stored over p99 at none, and a Pod's p99 over a ConfigMap's.
+TARGET_GROWTH = 2.0
+TARGET_POD_RATIO = 2.0
+_NAMESPACES = tuple(f"team-{i:02d}" for i in range(20))
+_FILL_CHUNK = 5_000
 
 _CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -135,10 +161,13 @@ def make_pods(count: int, *, seed: int = 7) -> list[Object]:
 
 
 class _Server:
-    """Store + API server on a unix socket, served by a background thread's event loop."""
+    """Store + API server on a unix socket, served by a background thread's event loop;
+    with ``loops``, every control loop of the controller runs beside them."""
 
-    def __init__(self, state: Path, socket: Path) -> None:
+    def __init__(self, state: Path, socket: Path, *, loops: bool = False) -> None:
         self.state = state
+        self._with_loops = loops
+        self.store: Store | None = None
         self.address = f"unix://{socket}"
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -157,8 +186,30 @@ class _Server:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         async with Store(path=self.state) as store, ApiServer(store, self.address, grace=1.0):
+            self.store = store
+            if not self._with_loops:
+                self._ready.set()
+                await self._stop.wait()
+                return
+            runner = asyncio.create_task(LoopRunner(store, build_loops()).run())
             self._ready.set()
-            await self._stop.wait()
+            try:
+                await self._stop.wait()
+            finally:
+                runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await runner
+
+    def call(self, fn: Callable[[Store], T]) -> T:
+        """``fn(store)`` run in the server's event loop, between its other work."""
+        loop, store = self._loop, self.store
+        assert loop is not None
+        assert store is not None
+
+        async def run() -> T:
+            return fn(store)
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result()
 
     def start(self) -> None:
         self._thread.start()
@@ -311,6 +362,219 @@ def report(result: Result, clients: int, batch: int) -> str:
     return "\n".join(lines)
 
 
+# -- write latency at scale --------------------------------------------------------------------
+
+
+def latency_nodes(count: int) -> list[Object]:
+    """Nodes with room for every pod of the table (the pods are what grows, not the nodes)."""
+    return [
+        decode_object(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": f"node-{i:04d}",
+                    "labels": {
+                        "kubernetes.io/hostname": f"node-{i:04d}",
+                        "topology.kubernetes.io/zone": ("zone-a", "zone-b")[i % 2],
+                    },
+                },
+                "status": {
+                    "capacity": {"cpu": "100000", "memory": "100Ti", "pods": "100000"},
+                    "allocatable": {"cpu": "100000", "memory": "100Ti", "pods": "100000"},
+                },
+            }
+        )
+        for i in range(count)
+    ]
+
+
+def _latency_pod(name: str, namespace: str) -> Pod:
+    pod = decode_object(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app": "worker", "koordinator.sh/qosClass": "LS"},
+                "annotations": {"scheduling.koordinator.sh/resource-spec": _RESOURCE_SPEC},
+            },
+            "spec": {
+                "schedulerName": "koord-scheduler",
+                "containers": [
+                    {
+                        "name": "worker",
+                        "image": "registry.example.com/worker:v1",
+                        "resources": {
+                            "requests": {"cpu": "100m", "memory": "128Mi"},
+                            "limits": {"cpu": "100m", "memory": "128Mi"},
+                        },
+                    }
+                ],
+            },
+        }
+    )
+    assert isinstance(pod, Pod)
+    return pod
+
+
+def stored_pods(start: int, stop: int, nodes: int) -> list[Object]:
+    """Pods ``start``..``stop`` as the cluster holds them: bound, Running, 20 namespaces."""
+    template = _latency_pod("template", _NAMESPACES[0])
+    running = msgspec.structs.replace(template.status, phase="Running")
+    pods: list[Object] = []
+    for index in range(start, stop):
+        meta = ObjectMeta(
+            name=f"stored-{index:07d}",
+            namespace=_NAMESPACES[index % len(_NAMESPACES)],
+            labels=template.metadata.labels,
+            annotations=template.metadata.annotations,
+        )
+        spec = msgspec.structs.replace(template.spec, node_name=f"node-{index % nodes:04d}")
+        pods.append(msgspec.structs.replace(template, metadata=meta, spec=spec, status=running))
+    return pods
+
+
+def _settle(server: _Server, *, quiet: float = 0.5, limit: float = 300.0) -> None:
+    """Wait until the loops wrote nothing for ``quiet`` seconds."""
+    deadline = time.monotonic() + limit
+    version = server.call(lambda store: store.resource_version)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = server.call(lambda store: store.resource_version)
+        if now == version:
+            return
+        version = now
+    raise RuntimeError(f"the control loops kept writing for {limit:.0f} s")
+
+
+def _percentile(samples: Sequence[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyRow:
+    stored: int
+    pod_p50: float
+    pod_p99: float
+    config_map_p50: float
+    config_map_p99: float
+
+
+def _time_applies(apply: Callable[..., object], objects: Sequence[Object]) -> list[float]:
+    """Apply each object alone, the next once the last was answered; milliseconds each."""
+    samples = []
+    for obj in objects:
+        request = pb.ApplyRequest(objects=[encode_json(obj)], omit_objects=True)
+        started = time.perf_counter()
+        response = apply(request, timeout=120)
+        samples.append((time.perf_counter() - started) * 1000.0)
+        for result in response.results:  # type: ignore[attr-defined]
+            if result.HasField("error") or result.outcome != pb.OUTCOME_CREATED:
+                raise RuntimeError(f"write failed: {result}")
+    return samples
+
+
+def _config_map(name: str, namespace: str) -> Object:
+    return decode_object(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": {"rank": name},
+        }
+    )
+
+
+def run_latency(
+    points: Sequence[int], *, nodes: int, samples: int, workdir: Path
+) -> list[LatencyRow]:
+    """The latency table: one row per count of stored pods in ``points`` (ascending)."""
+    server = _Server(workdir / "latency.db", workdir / "latency.sock", loops=True)
+    server.start()
+    rows: list[LatencyRow] = []
+    try:
+        server.call(lambda store: store.apply_many(latency_nodes(nodes)))
+        stored = 0
+        with grpc.insecure_channel(server.address, options=_CHANNEL_OPTIONS) as channel:
+            apply = pb_grpc.ObjectsStub(channel).Apply
+            for point in points:
+                for start in range(stored, point, _FILL_CHUNK):
+                    chunk = stored_pods(start, min(point, start + _FILL_CHUNK), nodes)
+                    server.call(lambda store, chunk=chunk: store.apply_many(chunk))  # type: ignore[misc]
+                stored = point
+                _settle(server)
+                server.call(lambda _: lifecycle.settle_heap())
+                names = [(f"new-{point}-{i:05d}", _NAMESPACES[i % 20]) for i in range(samples)]
+                pod_ms = _time_applies(apply, [_latency_pod(*name) for name in names])
+                _settle(server)
+                config_map_ms = _time_applies(apply, [_config_map(*name) for name in names])
+                _settle(server)
+                rows.append(
+                    LatencyRow(
+                        stored=point,
+                        pod_p50=_percentile(pod_ms, 0.5),
+                        pod_p99=_percentile(pod_ms, 0.99),
+                        config_map_p50=_percentile(config_map_ms, 0.5),
+                        config_map_p99=_percentile(config_map_ms, 0.99),
+                    )
+                )
+        unbound = server.call(
+            lambda store: [
+                pod.metadata.name
+                for pod in store.list(default_registry().resolve("pods"))[0]
+                if isinstance(pod, Pod) and not pod.spec.node_name
+            ]
+        )
+        if unbound:
+            raise RuntimeError(f"{len(unbound)} pods left unscheduled, e.g. {unbound[0]}")
+    finally:
+        server.stop()
+    return rows
+
+
+def latency_verdicts(rows: Sequence[LatencyRow]) -> tuple[bool, bool]:
+    """(p99 at the most pods stored within TARGET_GROWTH of p99 at the fewest, Pods and
+    ConfigMaps both; every row's Pod p99 within TARGET_POD_RATIO of its ConfigMap p99)."""
+    first, last = rows[0], rows[-1]
+    growth = (
+        last.pod_p99 <= TARGET_GROWTH * first.pod_p99
+        and last.config_map_p99 <= TARGET_GROWTH * first.config_map_p99
+    )
+    pod_ratio = all(row.pod_p99 <= TARGET_POD_RATIO * row.config_map_p99 for row in rows)
+    return growth, pod_ratio
+
+
+def latency_report(rows: Sequence[LatencyRow], *, nodes: int, samples: int) -> str:
+    def verdict(ok: bool) -> str:
+        return "PASS" if ok else "FAIL"
+
+    first = rows[0]
+    lines = [
+        "write latency: one object per Apply, back to back, through the gRPC API with every"
+        f" control loop running; {nodes} nodes, {samples} writes of each kind per row (ms)",
+        f"  {'pods stored':>11}  {'pod p50':>8} {'pod p99':>8}  {'cm p50':>8} {'cm p99':>8}"
+        f"  {'pod p99/@0':>10} {'cm p99/@0':>9}  {'pod/cm p99':>10}",
+    ]
+    lines.extend(
+        f"  {row.stored:>11,}  {row.pod_p50:>8.2f} {row.pod_p99:>8.2f}"
+        f"  {row.config_map_p50:>8.2f} {row.config_map_p99:>8.2f}"
+        f"  {row.pod_p99 / first.pod_p99:>10.2f}"
+        f" {row.config_map_p99 / first.config_map_p99:>9.2f}"
+        f"  {row.pod_p99 / row.config_map_p99:>10.2f}"
+        for row in rows
+    )
+    growth, pod_ratio = latency_verdicts(rows)
+    lines += [
+        f"target: p99 at {rows[-1].stored:,} pods <= {TARGET_GROWTH:g}x p99 at {first.stored:,}:"
+        f" {verdict(growth)}",
+        f"target: pod p99 <= {TARGET_POD_RATIO:g}x ConfigMap p99: {verdict(pod_ratio)}",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.store", description=__doc__.split("\n")[0]
@@ -319,16 +583,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="client threads (default 4)")
     parser.add_argument("--batch", type=int, default=100, help="objects per Apply (default 100)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--points",
+        type=lambda text: sorted(int(n) for n in text.split(",")),
+        default=list(LATENCY_POINTS),
+        help="stored pods of the latency table's rows (default 0,10000,50000,100000)",
+    )
+    parser.add_argument("--nodes", type=int, default=20, help="nodes of the latency table")
+    parser.add_argument(
+        "--samples", type=int, default=200, help="writes of each kind per latency row"
+    )
+    parser.add_argument("--no-latency", action="store_true", help="skip the latency table")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="koordpy-bench-") as tmp:
         result = run(args.objects, args.clients, args.batch, Path(tmp))
-    print(report(result, args.clients, args.batch))
+        print(report(result, args.clients, args.batch), flush=True)
+        rows = []
+        if not args.no_latency:
+            rows = run_latency(
+                args.points, nodes=args.nodes, samples=args.samples, workdir=Path(tmp)
+            )
+            print(latency_report(rows, nodes=args.nodes, samples=args.samples))
     if result.reloaded != result.objects:
         print(
             f"error: {result.reloaded} objects reloaded, {result.objects} written", file=sys.stderr
         )
         return 1
-    return 1 if args.check and not result.passed else 0
+    passed = result.passed and (not rows or all(latency_verdicts(rows)))
+    return 1 if args.check and not passed else 0
 
 
 if __name__ == "__main__":

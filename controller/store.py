@@ -470,19 +470,24 @@ class Store:
     def _build_view(self, key: str, cell: LazyView) -> KindView:
         """Build the view ``cell`` stands for: the kind as it is now (see ``_commit``)."""
         objects = self._objects.get(key, {})
-        order = self._order.get(key)
-        if order is None:
-            order = self._order[key] = sorted(objects)
         before = self._last_built.get(key)
         changed = self._changed_since.get(key)
+        built = self._built_order.get(key)
+        order = self._order.get(key)
         if (
             before is not None
             and changed is not None
-            and self._built_order.get(key) is order  # no object came or went since
-            and len(changed) * 8 < len(order)
+            and built is not None
+            and len(changed) * 8 < len(built)
         ):
+            # Few changes since the last view: the keys' order and the view are updated from
+            # it (objects that came or went included) instead of sorted and built anew.
+            if order is None:
+                order = self._order[key] = KindView.sorted_keys(built, objects, changed)
             view = KindView.updated(before, objects, order, changed)
         else:
+            if order is None:
+                order = self._order[key] = sorted(objects)
             view = KindView.build(objects, order)
         if before is not None:
             before.base.clear()  # no chain of views: only the last one is kept

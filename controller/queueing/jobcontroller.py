@@ -828,12 +828,21 @@ class JobController:
                     dirty.add(key)
 
     def _changed_pods(self, snapshot: Snapshot, store: Store, dirty: set[JobKey]) -> None:
-        view = snapshot.objects(store.registry.for_type(Pod))
+        """Track the owned pods changed since the last pass (every pod when the snapshot no
+        longer knows which), marking their owners dirty."""
+        kind = store.registry.for_type(Pod)
+        view = snapshot.objects(kind)
         if view is self._pod_view:
             return
-        self._pod_view = view
+        since, self._pod_view = self._pod_view, view
+        changes = snapshot.changes(kind, since) if since is not None else None
+        if changes is None:  # every pod: whatever is not among them is gone
+            changes = [(None, obj) for obj in view]
+            gone = list(self._pods)
+        else:
+            gone = [b.metadata.uid for b, _ in changes if isinstance(b, Pod)]
         seen: set[str] = set()
-        for obj in view:
+        for _, obj in changes:
             pod = obj if isinstance(obj, Pod) else None
             if pod is None or not pod.metadata.owner_references:
                 continue
@@ -850,7 +859,9 @@ class JobController:
             key = self._uid_key.get(owner)
             if key is not None:
                 dirty.add(key)
-        for uid in [u for u in self._pods if u not in seen]:
+        for uid in gone:
+            if uid in seen or uid not in self._pods:
+                continue
             _, owner = self._pods.pop(uid)
             owned = self._owned.get(owner)
             if owned is not None:

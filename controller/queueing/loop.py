@@ -185,6 +185,11 @@ def _is_queue_pod(pod: Pod) -> bool:
     )
 
 
+#: What a pod outside the queue adds to its quota: the quota, its request, the ledger holder
+#: it is charged as once bound ("" while unbound) and whether it is non-preemptible.
+_Share = tuple[str, ResourceList, str, bool]
+
+
 @dataclass(slots=True)
 class _Written:
     """What the loop last wrote of a waiting unit's reason."""
@@ -235,7 +240,14 @@ class QueueingLoop:
         self._allocatable: dict[tuple[str, str], Mapping[str, int]] = {}
         #: the sum of the nodes' allocatable
         self._tally = ResourceTally()
-        self._pods_dirty = True
+        #: every pod is read again (a new store, a new quota tree); else only those changed
+        self._pods_all = True
+        self._changed_pods: dict[tuple[str, str], None] = {}
+        #: pod key -> what it adds to its quota (pods outside the queue with a quota only)
+        self._shares: dict[tuple[str, str], _Share] = {}
+        #: quota -> resource -> how many of its shares name it (a sum with none is dropped)
+        self._demand_counts: dict[str, dict[str, int]] = {}
+        self._demand_pods: dict[str, int] = {}
         self._changed_units: dict[tuple[str, str], QueueUnit | None] = {}
         self._tree: QuotaTree | None = None
         self._runtime_quota: RuntimeQuota | None = None
@@ -243,8 +255,6 @@ class QueueingLoop:
         self._own_requests: Mapping[str, Mapping[str, int]] = {}
         self._total: dict[str, int] = {}
         self._external_demand: dict[str, dict[str, int]] = {}
-        #: What each bound pod outside the queue is charged (quota, request, non-preemptible).
-        self._external_charges: dict[str, tuple[str, ResourceList, bool]] = {}
         self._runtime_dirty = True
         self._written: dict[str, _Written] = {}
         self._rates: dict[str, AdmissionRate] = {}
@@ -305,7 +315,7 @@ class QueueingLoop:
                     self._tally.add(after)
                 self._nodes_dirty = True
         elif kind is _POD:
-            self._pods_dirty = True
+            self._changed_pods[key] = None
 
     def _drain(self, store: Store) -> None:
         for kind in _WATCHED:
@@ -334,7 +344,7 @@ class QueueingLoop:
         self.engine.set_quotas(index)
         self._tree = QuotaTree.build(index)
         self._runtime_dirty = True
-        self._pods_dirty = True
+        self._pods_all = True
         # A unit's quota may follow its namespace: resolve every unit again.
         self._requota = True
         for key, obj in self._objects[_UNIT.key].items():
@@ -495,42 +505,88 @@ class QueueingLoop:
             self._total = total
             self._runtime_dirty = True
 
+    def _share(self, pod: Object | None) -> _Share | None:
+        if not isinstance(pod, Pod) or pod.is_terminated or _is_queue_pod(pod):
+            return None
+        quota = quota_name(pod, self.engine.index)
+        if not quota:
+            return None
+        meta = pod.metadata
+        holder = f"pod:{meta.uid or meta.namespace + '/' + meta.name}" if pod.spec.node_name else ""
+        non_preemptible = meta.labels.get(k.LABEL_QUOTA_PREEMPTIBLE) == "false"
+        return quota, pod_requests(pod), holder, non_preemptible
+
+    def _add_demand(self, share: _Share, sign: int) -> None:
+        quota, request, _, _ = share
+        pods = self._demand_pods[quota] = self._demand_pods.get(quota, 0) + sign
+        total = self._external_demand.setdefault(quota, {})
+        counts = self._demand_counts.setdefault(quota, {})
+        for name, amount in request.items():
+            count = counts[name] = counts.get(name, 0) + sign
+            if count:
+                total[name] = total.get(name, 0) + sign * amount
+            else:
+                del counts[name], total[name]
+        if not pods:
+            del self._demand_pods[quota], self._external_demand[quota], self._demand_counts[quota]
+
     def _sync_pods(self) -> None:
-        """Pods outside the queue count in their quota's demand, and in used once bound."""
-        if not self._pods_dirty:
-            return
-        self._pods_dirty = False
-        index = self.engine.index
+        """Pods outside the queue count in their quota's demand, and in used once bound.
+
+        Only the pods changed since the last pass are read (every pod after a new quota
+        tree): each one's share is taken out of its quota's demand and ledger charge and its
+        new share put in, so the sums are those of reading every pod."""
         ledger = self.engine.ledger
-        demand: dict[str, dict[str, int]] = {}
-        charges: dict[str, tuple[str, ResourceList, bool]] = {}
-        seen: set[str] = set()
-        for pod in self._objects[_POD.key].values():
-            if not isinstance(pod, Pod) or pod.is_terminated or _is_queue_pod(pod):
-                continue
-            quota = quota_name(pod, index)
-            if not quota:
-                continue
-            request = pod_requests(pod)
-            total = demand.setdefault(quota, {})
-            for name, amount in request.items():
-                total[name] = total.get(name, 0) + amount
-            if pod.spec.node_name:
-                holder = (
-                    f"pod:{pod.metadata.uid or pod.metadata.namespace + '/' + pod.metadata.name}"
-                )
-                seen.add(holder)
-                non_preemptible = pod.metadata.labels.get(k.LABEL_QUOTA_PREEMPTIBLE) == "false"
-                charges[holder] = (quota, request, non_preemptible)
+        pods = self._objects[_POD.key]
+        if self._pods_all:
+            self._pods_all = False
+            self._changed_pods.clear()
+            before = self._shares
+            demand_before = self._external_demand
+            self._shares, self._external_demand = {}, {}
+            self._demand_counts, self._demand_pods = {}, {}
+            for key, pod in pods.items():
+                share = self._share(pod)
+                if share is not None:
+                    self._shares[key] = share
+                    self._add_demand(share, 1)
+            charged = {s[2]: s for s in self._shares.values() if s[2]}
+            for holder, (quota, request, _, non_preemptible) in charged.items():
                 ledger.charge(holder, quota, request, non_preemptible=non_preemptible)
-        for holder in [h for h in ledger.holders() if h.startswith("pod:") and h not in seen]:
-            ledger.release(holder)
-        if charges != self._external_charges:
-            # What pods outside the queue use shows in their quotas' status too.
-            self._external_charges = charges
-            self._status_dirty = True
-        if demand != self._external_demand:
-            self._external_demand = demand
+            for holder in [h for h in ledger.holders() if h.startswith("pod:")]:
+                if holder not in charged:
+                    ledger.release(holder)
+            if charged != {s[2]: s for s in before.values() if s[2]}:
+                # What pods outside the queue use shows in their quotas' status too.
+                self._status_dirty = True
+            if self._external_demand != demand_before:
+                self._runtime_dirty = True
+            return
+        changed, self._changed_pods = self._changed_pods, {}
+        touched: dict[str, dict[str, int] | None] = {}
+        for key in changed:
+            old = self._shares.pop(key, None)
+            new = self._share(pods.get(key))
+            if old == new:
+                if new is not None:
+                    self._shares[key] = new
+                continue
+            for share in (old, new):
+                if share is not None and share[0] not in touched:
+                    found = self._external_demand.get(share[0])
+                    touched[share[0]] = dict(found) if found is not None else None
+            if old is not None:
+                self._add_demand(old, -1)
+                if old[2] and (new is None or new[2] != old[2]):
+                    ledger.release(old[2])
+            if new is not None:
+                self._shares[key] = new
+                self._add_demand(new, 1)
+                if new[2]:
+                    ledger.charge(new[2], new[0], new[1], non_preemptible=new[3])
+            if (old[2] if old else "") or (new[2] if new else ""):
+                self._status_dirty = True
+        if any(self._external_demand.get(quota) != was for quota, was in touched.items()):
             self._runtime_dirty = True
 
     def _sync_runtime(self) -> None:

@@ -32,6 +32,7 @@ from apis import qos
 from apis.core import Container, ContainerState, ContainerStatus, Node, Pod
 from apis.duration import Duration, DurationError
 from apis.meta import Condition, Object
+from controller.snapshots import Change
 from controller.store import Store
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -229,13 +230,14 @@ class PodLifecycle:
         view = snapshot.objects(kind)
         writes: list[Pod] = []
         if view is not self._view:
-            self._view = view
+            since, self._view = self._view, view
             nodes = {
                 n.metadata.name: n
                 for n in snapshot.objects(store.registry.for_type(Node))
                 if isinstance(n, Node)
             }
-            self._scan(view, nodes, now, writes)
+            changes = snapshot.changes(kind, since) if since is not None else None
+            self._scan(view, changes, nodes, now, writes)
         ends = self._ends
         while ends and ends[0][0] <= now:
             end, uid, namespace, name = heapq.heappop(ends)
@@ -256,17 +258,30 @@ class PodLifecycle:
     def _scan(
         self,
         view: tuple[Object, ...],
+        changes: Sequence[Change] | None,
         nodes: Mapping[str, Node],
         now: datetime,
         writes: list[Pod],
     ) -> None:
-        seen: dict[str, Pod] = {}
-        for obj in view:
+        """Start, track or forget the pods changed since the last scan (every pod in
+        ``view`` when ``changes`` is None)."""
+        if changes is None:  # every pod: whatever is not among them is gone
+            gone = list(self._seen)
+            self._seen, known = {}, self._seen
+            changes = [(None, obj) for obj in view]
+        else:
+            gone = [b.metadata.uid for b, _ in changes if isinstance(b, Pod)]
+            known = self._seen
+        seen = self._seen
+        fresh: set[str] = set()
+        for _, obj in changes:
             if not isinstance(obj, Pod):
                 continue
             uid = obj.metadata.uid
+            fresh.add(uid)
+            last = known.get(uid)
             seen[uid] = obj
-            if self._seen.get(uid) is obj:
+            if last is obj:
                 continue
             if _startable(obj):
                 started = started_pod(obj, now, nodes.get(obj.spec.node_name))
@@ -276,9 +291,10 @@ class PodLifecycle:
                 self._track(obj)
             else:
                 self._end_of.pop(uid, None)
-        for uid in self._seen.keys() - seen.keys():
-            self._end_of.pop(uid, None)
-        self._seen = seen
+        for uid in gone:
+            if uid not in fresh:
+                seen.pop(uid, None)
+                self._end_of.pop(uid, None)
 
     def _track(self, pod: Pod) -> None:
         runtime = simulated_runtime(pod)

@@ -43,7 +43,7 @@ from typing import Final
 
 from apis import constants as k
 from apis.core import Pod, pod_requests
-from apis.meta import ObjectMeta
+from apis.meta import Object, ObjectMeta
 from apis.quota import ElasticQuota, ElasticQuotaSpec
 from apis.resources import ResourceList
 from controller import preemption
@@ -51,6 +51,7 @@ from controller.quota.args import ElasticQuotaArgs
 
 __all__ = [
     "DEFAULT_ARGS",
+    "PodUsage",
     "QuotaCheck",
     "QuotaIndex",
     "QuotaLedger",
@@ -352,6 +353,115 @@ def quota_requests(
             if resource in limit:
                 total[resource] = total.get(resource, 0) + amount
     return {name: ResourceList(amounts) for name, amounts in sums.items()}
+
+
+class _Sums:
+    """Per quota, the amounts of the pods counted and how many pods name each resource, so
+    that taking a pod out leaves exactly what summing the others gives."""
+
+    __slots__ = ("amounts", "counts", "pods")
+
+    def __init__(self) -> None:
+        self.amounts: dict[str, dict[str, int]] = {}
+        self.counts: dict[str, dict[str, int]] = {}
+        self.pods: dict[str, int] = {}
+
+    def add(self, name: str, request: Mapping[str, int], sign: int) -> None:
+        pods = self.pods[name] = self.pods.get(name, 0) + sign
+        total = self.amounts.setdefault(name, {})
+        counts = self.counts.setdefault(name, {})
+        for resource, amount in request.items():
+            count = counts[resource] = counts.get(resource, 0) + sign
+            if count:
+                total[resource] = total.get(resource, 0) + sign * amount
+            else:
+                del counts[resource], total[resource]
+        if not pods:
+            del self.pods[name], self.amounts[name], self.counts[name]
+
+
+#: What one pod adds: its quota, request, and whether it is assigned and non-preemptible.
+_PodShare = tuple[str, ResourceList, bool, bool]
+
+
+class PodUsage:
+    """:meth:`QuotaLedger.from_pods` and :func:`quota_requests` of a set of pods, kept pod by
+    pod: :meth:`update` with the pods that changed costs their requests, not a walk over
+    every pod. Pods are told apart by namespace and name; objects that are not Pods are
+    left out."""
+
+    def __init__(
+        self, index: QuotaIndex, pods: Iterable[Object] = (), *, disable_default_quota: bool = False
+    ) -> None:
+        self.index = index
+        self._disable_default_quota = disable_default_quota
+        self._shares: dict[tuple[str, str], _PodShare] = {}
+        self._used, self._pinned, self._requested = _Sums(), _Sums(), _Sums()
+        self._ledger: QuotaLedger | None = None
+        self._requests: dict[str, ResourceList] | None = None
+        self.update((None, pod) for pod in pods)
+
+    def _share(self, pod: Object | None) -> _PodShare | None:
+        if not isinstance(pod, Pod) or pod.is_terminated:
+            return None
+        name = quota_name(pod, self.index, disable_default_quota=self._disable_default_quota)
+        if not name:
+            return None
+        return name, pod_requests(pod), bool(pod.spec.node_name), is_non_preemptible(pod)
+
+    def _add(self, share: _PodShare, sign: int) -> None:
+        name, request, assigned, pinned = share
+        self._requested.add(name, request, sign)
+        if assigned:
+            self._used.add(name, request, sign)
+            if pinned:
+                self._pinned.add(name, request, sign)
+
+    def update(self, changes: Iterable[tuple[Object | None, Object | None]]) -> None:
+        """Count each ``(before, after)`` change of a pod (None: absent)."""
+        shares = self._shares
+        for before, after in changes:
+            obj = after if after is not None else before
+            if obj is None:
+                continue
+            key = (obj.metadata.namespace, obj.metadata.name)
+            old = shares.pop(key, None)
+            new = self._share(after)
+            if new is not None:
+                shares[key] = new
+            if old != new:
+                if old is not None:
+                    self._add(old, -1)
+                if new is not None:
+                    self._add(new, 1)
+                self._ledger = self._requests = None
+
+    def ledger(self) -> QuotaLedger:
+        """What :meth:`QuotaLedger.from_pods` gives for the pods."""
+        if self._ledger is None:
+            pinned = self._pinned.amounts
+            self._ledger = QuotaLedger(
+                own={
+                    name: QuotaUsage(
+                        used=ResourceList(amounts),
+                        non_preemptible_used=ResourceList(pinned.get(name, {})),
+                    )
+                    for name, amounts in self._used.amounts.items()
+                }
+            )
+        return self._ledger
+
+    def requests(self) -> dict[str, ResourceList]:
+        """What :func:`quota_requests` gives for the pods."""
+        if self._requests is None:
+            by_name = self.index.by_name
+            self._requests = {
+                name: ResourceList(
+                    {r: a for r, a in amounts.items() if r in by_name[name].spec.max}
+                )
+                for name, amounts in self._requested.amounts.items()
+            }
+        return dict(self._requests)
 
 
 # --- the PreFilter check -------------------------------------------------------------------------

@@ -79,6 +79,7 @@ import msgspec
 
 from apis.constants import LABEL_SCHEDULE_ADMISSION
 from apis.core import Node, Pod
+from apis.kinds import default_registry
 from apis.meta import Object
 from apis.scheduling import Reservation
 from controller.errors import StoreError
@@ -119,6 +120,7 @@ from controller.scheduler.profile import (
     profiles_by_scheduler,
 )
 from controller.scheduler.scheduling_queue import QueuedPod, SchedulingQueue
+from controller.snapshots import Snapshot
 from controller.store import Store
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -133,6 +135,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+#: Pods, to ask a snapshot what changed among them.
+_POD_KIND = default_registry().for_type(Pod)
 
 FAILED_SCHEDULING = "FailedScheduling"
 #: Event reason on a pod evicted to make room for a pod of higher priority.
@@ -349,7 +353,7 @@ class SchedulerLoop:
             return self._wake()
         nodes = snapshot.objects(store.registry.for_type(Node))
         moved = self._sync_nodes(nodes)
-        moved = self._sync_pods(pods) or moved
+        moved = self._sync_pods(pods, snapshot) or moved
         for timed in self._timed:
             timed.set_time(now)
         for plugin in self._stateful:
@@ -425,14 +429,27 @@ class SchedulerLoop:
                 self._table.add_pod(pod)
         return True
 
-    def _sync_pods(self, pods: tuple[Object, ...]) -> bool:
+    def _sync_pods(self, pods: tuple[Object, ...], snapshot: Snapshot) -> bool:
+        """Take the pods changed since the last pass (every pod when the snapshot no longer
+        knows which); True when an assigned pod went away (room was freed)."""
         if pods is self._pod_view:
             return False
-        self._pod_view = pods
-        freed = False
+        since, self._pod_view = self._pod_view, pods
+        changes = snapshot.changes(_POD_KIND, since) if since is not None else None
+        if changes is None:  # every pod: whatever is not among them is gone
+            changes = [(None, obj) for obj in pods]
+            gone_uids, gone_keys = list(self._assigned), list(self._pending)
+        else:
+            gone_uids, gone_keys = [], []
         assigned: set[str] = set()
         pending: set[str] = set()
-        for obj in pods:
+        for before, obj in changes:
+            if before is not None:
+                old = cast("Pod", before)
+                gone_uids.append(old.metadata.uid or pod_key(old))
+                gone_keys.append(pod_key(old))
+            if obj is None:
+                continue
             pod = cast("Pod", obj)
             if is_assigned(pod):
                 uid = pod.metadata.uid or pod_key(pod)
@@ -443,20 +460,23 @@ class SchedulerLoop:
             elif self._is_pending(pod):
                 key = pod_key(pod)
                 pending.add(key)
-                before = self._pending.get(key)
-                if before is not pod:
+                was = self._pending.get(key)
+                if was is not pod:
                     self._pending[key] = pod
-                    if before is None and self._metrics is not None:
+                    if was is None and self._metrics is not None:
                         self._metrics.pod_added()
-                    changed = before is None or _fit_inputs(before) != _fit_inputs(pod)
+                    changed = was is None or _fit_inputs(was) != _fit_inputs(pod)
                     self._queue.add(pod, changed=changed)
-        for uid in [u for u in self._assigned if u not in assigned]:
-            del self._assigned[uid]
-            self._table.remove_pod(uid)
-            freed = True
-        for key in [k for k in self._pending if k not in pending]:
-            del self._pending[key]
-            self._queue.delete(key)
+        freed = False
+        for uid in gone_uids:
+            if uid in self._assigned and uid not in assigned:
+                del self._assigned[uid]
+                self._table.remove_pod(uid)
+                freed = True
+        for key in gone_keys:
+            if key in self._pending and key not in pending:
+                del self._pending[key]
+                self._queue.delete(key)
         return freed
 
     def _schedule_ready(self, store: Store, now: datetime) -> None:

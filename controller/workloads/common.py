@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, ClassVar, Final
@@ -33,7 +33,7 @@ from apis.core import Pod, PodStatus, PodTemplateSpec
 from apis.meta import LabelSelector, Object, ObjectMeta, OwnerReference
 from controller.errors import NotFound, StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
-from controller.snapshots import Snapshot
+from controller.snapshots import Change, Snapshot
 from controller.store import Store
 
 if TYPE_CHECKING:  # controller.loops registers these loops: importing it here would be circular
@@ -49,12 +49,15 @@ __all__ = [
     "active",
     "available",
     "deletion_order",
+    "group_pods",
     "is_ready",
     "owned_by",
     "owner_reference",
     "pod_from_template",
     "pods_by_owner",
     "ready_since",
+    "regroup_by_owner",
+    "regroup_pods",
     "template_hash",
     "with_selector_label",
 ]
@@ -181,15 +184,65 @@ def owned_by(obj: Object, owner: Object) -> bool:
     return _controller_uid(obj) == owner.metadata.uid
 
 
-def pods_by_owner(objects: tuple[Object, ...]) -> Mapping[str, tuple[Pod, ...]]:
-    """Controller uid -> the pods it controls (a snapshot-derived index; never mutate it)."""
+def group_pods(
+    objects: Iterable[Object], groups_of: Callable[[Pod], Iterable[str]]
+) -> dict[str, tuple[Pod, ...]]:
+    """Group -> the pods among ``objects`` in it (a pod is in each of ``groups_of(pod)``),
+    in the order of ``objects``."""
     grouped: dict[str, list[Pod]] = {}
     for obj in objects:
-        if isinstance(obj, Pod) and obj.metadata.owner_references:
-            uid = _controller_uid(obj)
-            if uid:
-                grouped.setdefault(uid, []).append(obj)
-    return {uid: tuple(pods) for uid, pods in grouped.items()}
+        if isinstance(obj, Pod):
+            for group in groups_of(obj):
+                grouped.setdefault(group, []).append(obj)
+    return {group: tuple(pods) for group, pods in grouped.items()}
+
+
+def regroup_pods(
+    earlier: Mapping[str, tuple[Pod, ...]],
+    changes: Sequence[Change],
+    groups_of: Callable[[Pod], Iterable[str]],
+) -> dict[str, tuple[Pod, ...]]:
+    """What :func:`group_pods` gives after ``changes`` to objects it grouped into
+    ``earlier`` (in namespace, name order); only the groups the changed pods are in are
+    worked out again."""
+    grouped = dict(earlier)
+    touched: dict[str, dict[tuple[str, str], Pod | None]] = {}
+    for before, after in changes:
+        for obj in (before, after):
+            if isinstance(obj, Pod):
+                key = (obj.metadata.namespace, obj.metadata.name)
+                for group in groups_of(obj):
+                    touched.setdefault(group, {})[key] = obj if obj is after else None
+    for group, updates in touched.items():
+        members = {(p.metadata.namespace, p.metadata.name): p for p in grouped.get(group, ())}
+        for key, pod in updates.items():
+            if pod is None:
+                members.pop(key, None)
+            else:
+                members[key] = pod
+        if members:
+            grouped[group] = tuple(members[key] for key in sorted(members))
+        else:
+            grouped.pop(group, None)
+    return grouped
+
+
+def _controller_group(pod: Pod) -> tuple[str, ...]:
+    uid = _controller_uid(pod) if pod.metadata.owner_references else ""
+    return (uid,) if uid else ()
+
+
+def pods_by_owner(objects: tuple[Object, ...]) -> Mapping[str, tuple[Pod, ...]]:
+    """Controller uid -> the pods it controls (a snapshot-derived index; never mutate it)."""
+    return group_pods(objects, _controller_group)
+
+
+def regroup_by_owner(
+    earlier: Mapping[str, tuple[Pod, ...]], changes: Sequence[Change]
+) -> Mapping[str, tuple[Pod, ...]]:
+    """:func:`pods_by_owner` from the one before and the pods changed since (for
+    :meth:`Snapshot.derived`)."""
+    return regroup_pods(earlier, changes, _controller_group)
 
 
 def template_hash(template: PodTemplateSpec, salt: str = "") -> str:

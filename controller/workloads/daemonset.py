@@ -57,6 +57,7 @@ from controller.workloads.common import (
     is_ready,
     pod_from_template,
     pods_by_owner,
+    regroup_by_owner,
     template_hash,
 )
 
@@ -266,6 +267,6 @@ class DaemonSetController(WorkloadLoop):
 
     def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
         assert isinstance(owner, DaemonSet)
-        owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner)
+        owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner, regroup_by_owner)
         nodes = [n for n in snapshot.objects(store.registry.for_type(Node)) if isinstance(n, Node)]
         return plan_daemon_set(owner, owned.get(owner.metadata.uid, ()), nodes, now)

@@ -9,14 +9,15 @@ controllers of those owners (the job controller deletes its own pods).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from apis.apps import DaemonSet, Deployment, ReplicaSet, StatefulSet
 from apis.core import Pod
 from apis.meta import Object
+from controller.snapshots import Change
 from controller.store import Store
-from controller.workloads.common import delete
+from controller.workloads.common import delete, group_pods, regroup_pods
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -25,7 +26,26 @@ __all__ = ["GarbageCollector", "orphans"]
 
 _OWNER_TYPES: tuple[type[Object], ...] = (Deployment, ReplicaSet, StatefulSet, DaemonSet)
 _OWNER_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"})
+#: What may be an orphan: ReplicaSets (read whole) and Pods (read by the owners they name).
 _DEPENDENT_TYPES: tuple[type[Object], ...] = (ReplicaSet, Pod)
+
+
+def _owner_groups(pod: Pod) -> tuple[str, ...]:
+    """The uids a pod owned by ``apps/v1`` workloads only names (none: it has other owners)."""
+    refs = pod.metadata.owner_references
+    if all(r.kind in _OWNER_KINDS and r.api_version == "apps/v1" for r in refs):
+        return tuple(r.uid for r in refs)
+    return ()
+
+
+def _pods_by_owners(objects: tuple[Object, ...]) -> Mapping[str, tuple[Pod, ...]]:
+    return group_pods(objects, _owner_groups)
+
+
+def _regroup(
+    earlier: Mapping[str, tuple[Pod, ...]], changes: Sequence[Change]
+) -> Mapping[str, tuple[Pod, ...]]:
+    return regroup_pods(earlier, changes, _owner_groups)
 
 
 def orphans(dependents: Iterable[Object], owner_uids: frozenset[str]) -> list[Object]:
@@ -66,7 +86,15 @@ class GarbageCollector:
             return None
         self._views = views
         owners = frozenset(o.metadata.uid for view in views[: len(_OWNER_TYPES)] for o in view)
-        dependents = [o for view in views[len(_OWNER_TYPES) :] for o in view]
+        # Pods are looked at only when an owner they name is gone (most pods' owners exist).
+        by_owner = snapshot.derived(registry.for_type(Pod), _pods_by_owners, _regroup)
+        pods = {
+            (pod.metadata.namespace, pod.metadata.name): pod
+            for uid, group in by_owner.items()
+            if uid not in owners
+            for pod in group
+        }
+        dependents = [*views[-2], *(pods[key] for key in sorted(pods))]
         doomed = orphans(dependents, owners)
         results = [delete(store, obj, self.name) for obj in doomed]  # every one, not the first
         if not all(results):

@@ -48,7 +48,7 @@ A Job whose ``spec.managedBy`` names another controller is left to it (only its 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, ClassVar, Final
 
@@ -63,16 +63,19 @@ from controller.queueing.jobcontroller import (
     batch_job_labels,
     held_by_queue,
 )
-from controller.snapshots import Snapshot
+from controller.snapshots import Change, Snapshot
 from controller.store import Store
 from controller.workloads.common import (
     Note,
     Plan,
     WorkloadLoop,
     deletion_order,
+    group_pods,
     is_ready,
     pod_from_template,
     pods_by_owner,
+    regroup_by_owner,
+    regroup_pods,
 )
 from controller.workloads.jobconditions import (
     COMPLETE,
@@ -610,6 +613,24 @@ def stray_pods(
     return found
 
 
+def _job_group(pod: Pod) -> tuple[str, ...]:
+    ref = next((r for r in pod.metadata.owner_references if r.controller), None)
+    if ref is None or ref.kind != "Job" or ref.api_version != "batch/v1":
+        return ()
+    return (ref.uid,)
+
+
+def _pods_by_job(objects: tuple[Object, ...]) -> Mapping[str, tuple[Pod, ...]]:
+    """batch/v1 Job uid -> the pods it controls (a snapshot-derived index)."""
+    return group_pods(objects, _job_group)
+
+
+def _regroup_by_job(
+    earlier: Mapping[str, tuple[Pod, ...]], changes: Sequence[Change]
+) -> Mapping[str, tuple[Pod, ...]]:
+    return regroup_pods(earlier, changes, _job_group)
+
+
 def _queued(objects: tuple[Object, ...]) -> frozenset[str]:
     """The uids of the objects a QueueUnit is controlled by."""
     return frozenset(
@@ -646,7 +667,7 @@ class BatchJobController(WorkloadLoop):
 
     def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
         assert isinstance(owner, Job)
-        owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner)
+        owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner, regroup_by_owner)
         pods = owned.get(owner.metadata.uid, ())
         queued = snapshot.derived(store.registry.for_type(QueueUnit), _queued)
         uid = owner.metadata.uid
@@ -675,7 +696,11 @@ class BatchJobController(WorkloadLoop):
         uids = frozenset(j.metadata.uid for j in jobs)
         for gone in self._backoff.keys() - uids:
             del self._backoff[gone]
-        strays = stray_pods(pods, uids, self._job_uids - uids)
+        by_job = snapshot.derived(store.registry.for_type(Pod), _pods_by_job, _regroup_by_job)
+        # Only the pods of Jobs not in the store: what the pods of a stored Job cost nothing.
+        candidates = [pod for uid, group in by_job.items() if uid not in uids for pod in group]
+        candidates.sort(key=lambda pod: (pod.metadata.namespace, pod.metadata.name))
+        strays = stray_pods(candidates, uids, self._job_uids - uids)
         plan = Plan()
         for pod in strays:
             if _tracked(pod):

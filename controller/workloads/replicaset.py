@@ -32,6 +32,7 @@ from controller.workloads.common import (
     is_ready,
     pod_from_template,
     pods_by_owner,
+    regroup_by_owner,
 )
 
 __all__ = ["ReplicaSetController", "plan_replica_set", "replica_set_status"]
@@ -83,5 +84,5 @@ class ReplicaSetController(WorkloadLoop):
 
     def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
         assert isinstance(owner, ReplicaSet)
-        owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner)
+        owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner, regroup_by_owner)
         return plan_replica_set(owner, owned.get(owner.metadata.uid, ()), now)

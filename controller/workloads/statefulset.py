@@ -43,6 +43,7 @@ from controller.workloads.common import (
     is_ready,
     pod_from_template,
     pods_by_owner,
+    regroup_by_owner,
     template_hash,
 )
 
@@ -182,5 +183,5 @@ class StatefulSetController(WorkloadLoop):
 
     def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
         assert isinstance(owner, StatefulSet)
-        owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner)
+        owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner, regroup_by_owner)
         return plan_stateful_set(owner, owned.get(owner.metadata.uid, ()), now)

@@ -72,6 +72,10 @@ class Coscheduling:
         self._allowed: set[str] = set()
         #: Waiting pods rejected (PostFilter, Unreserve, timeout), with the message.
         self._rejected: dict[str, str] = {}
+        #: (namespace, name) -> every pod of a gang, not being deleted
+        self._members: dict[tuple[str, str], Pod] = {}
+        #: the keys of the unbound pods not being deleted
+        self._pending: set[str] = set()
 
     @property
     def book(self) -> gangs.GangBook:
@@ -84,19 +88,18 @@ class Coscheduling:
         groups = snapshot.objects(_POD_GROUP_KIND)
         if self._views is not None and self._views[0] is pods and self._views[1] is groups:
             return False
+        since = self._views[0] if self._views is not None else None
         self._views = (pods, groups)
+        self._sync_members(snapshot, pods, since)
         before = self._book
         book = gangs.GangBook(satisfied=before.satisfied)
         for group in groups:
             if isinstance(group, PodGroup):
                 book = book.with_pod_group(group, self.args)
-        pending: set[str] = set()
-        for obj in pods:
-            if not isinstance(obj, Pod) or obj.metadata.deletion_timestamp is not None:
-                continue
-            book = book.with_pod(obj, self.args)
-            if not obj.spec.node_name:
-                pending.add(gangs.pod_key(obj))
+        gang_pods = self._members
+        for key in sorted(gang_pods):  # in the pods' order, as the book reads them
+            book = book.with_pod(gang_pods[key], self.args)
+        pending = self._pending
         # Carry over what only the scheduler knows: waits and allowed-not-yet-bound pods.
         states = dict(book.gangs)
         for gang_id, old in before.gangs.items():
@@ -113,6 +116,27 @@ class Coscheduling:
         satisfied = frozenset(book.satisfied & states.keys())
         self._book = replace(book, gangs=states, bind_members=members, satisfied=satisfied)
         return _membership(self._book) != _membership(before)
+
+    def _sync_members(
+        self, snapshot: Snapshot, pods: tuple[Object, ...], since: tuple[Object, ...] | None
+    ) -> None:
+        """The gang members and the keys of the pending pods (not being deleted), from the
+        pods changed since ``since`` (every pod when the snapshot no longer knows which)."""
+        changes = snapshot.changes(_POD_KIND, since) if since is not None else None
+        if changes is None:
+            self._members, self._pending = {}, set()
+            changes = [(None, obj) for obj in pods]
+        for before, after in changes:
+            if before is not None:
+                self._members.pop((before.metadata.namespace, before.metadata.name), None)
+                if isinstance(before, Pod):
+                    self._pending.discard(gangs.pod_key(before))
+            if not isinstance(after, Pod) or after.metadata.deletion_timestamp is not None:
+                continue
+            if gangs.gang_ref(after) is not None:
+                self._members[(after.metadata.namespace, after.metadata.name)] = after
+            if not after.spec.node_name:
+                self._pending.add(gangs.pod_key(after))
 
     # -- PreFilter ----------------------------------------------------------------------------
 

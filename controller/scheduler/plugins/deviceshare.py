@@ -62,6 +62,7 @@ from numpy.typing import NDArray
 from apis import constants as k
 from apis.core import ConfigMap, Pod
 from apis.kinds import default_registry
+from apis.meta import Object
 from apis.resources import ResourceList
 from apis.scheduling import Device
 from controller.deviceshare import (
@@ -100,7 +101,7 @@ from controller.scheduler.podinfo import PodInfo, pod_key
 from koordpy.bus import without_reported_at
 
 if TYPE_CHECKING:
-    from controller.snapshots import Snapshot
+    from controller.snapshots import Change, Snapshot
 
 __all__ = ["NAME", "DeviceShare", "DeviceSharePluginArgs"]
 
@@ -412,7 +413,7 @@ class DeviceShare:
         #: node -> allocations held but not yet charged in its state (see ``_charge``).
         self._deferred: dict[str, list[Allocation]] = {}
         self._device_view: tuple[object, ...] | None = None
-        self._pod_view: tuple[object, ...] | None = None
+        self._pod_view: tuple[Object, ...] | None = None
         self._names_view: tuple[str, ...] | None = None
         self._arrays = _Arrays(0, 0, self._names)
         #: A pod's requests -> PreFilter's answer, for pods whose requests say it all.
@@ -516,8 +517,9 @@ class DeviceShare:
                 dirty.add(name)
                 changed = True
         if pods is not self._pod_view:
-            self._pod_view = pods
-            dirty |= self._sync_pods(pods)
+            since, self._pod_view = self._pod_view, pods
+            changes = snapshot.changes(registry.for_type(Pod), since) if since is not None else None
+            dirty |= self._sync_pods(pods, changes)
         if table.names is not self._names_view:
             self._align(table)
             return changed
@@ -532,10 +534,21 @@ class DeviceShare:
                 self._arrays.fill(at, self.state(name), self.args)
         return changed
 
-    def _sync_pods(self, pods: tuple[object, ...]) -> set[str]:
+    def _sync_pods(
+        self, pods: tuple[Object, ...], changes: Sequence[Change] | None = None
+    ) -> set[str]:
+        """The nodes whose held devices changed with the pods ``changes`` names (every pod
+        in ``pods`` when None)."""
         dirty: set[str] = set()
         present: set[str] = set()
-        for obj in pods:
+        if changes is None:  # every pod: whatever is not among them is gone
+            gone = list(self._pods)
+            changes = [(None, obj) for obj in pods]
+        else:
+            gone = [b.metadata.uid or pod_key(b) for b, _ in changes if isinstance(b, Pod)]
+        for _, obj in changes:
+            if obj is None:
+                continue
             pod = cast("Pod", obj)
             if not is_assigned(pod) or k.ANNOTATION_DEVICE_ALLOCATED not in pod.annotations:
                 continue
@@ -564,7 +577,9 @@ class DeviceShare:
             if allocation is not None:
                 self._held.setdefault(node, {})[uid] = allocation
             dirty.add(node)
-        for uid in [u for u in self._pods if u not in present]:
+        for uid in gone:
+            if uid not in self._pods or uid in present:
+                continue
             node, _ = self._pods.pop(uid)
             if self._held.get(node, {}).pop(uid, None) is not None:
                 dirty.add(node)

@@ -39,13 +39,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from apis import constants as k
-from apis.core import Node, Pod, pod_requests
+from apis.core import Node, Pod
 from apis.kinds import default_registry
 from apis.meta import Object
 from apis.quota import ElasticQuota as ElasticQuotaObject
 from apis.resources import ResourceList, ResourceTally
 from controller.quota.args import ElasticQuotaArgs
 from controller.quota.check import (
+    PodUsage,
     QuotaIndex,
     QuotaLedger,
     Verdict,
@@ -53,7 +54,6 @@ from controller.quota.check import (
     is_assigned,
     is_non_preemptible,
     quota_name,
-    quota_requests,
 )
 from controller.quota.status import STATUS_ANNOTATIONS
 from controller.quota.tree import QuotaTree, RuntimeQuota
@@ -172,8 +172,8 @@ class ElasticQuota:
         self._shape: tuple[_Shape, ...] = ()
         #: uid -> what Reserve charged, until the snapshot shows the pod assigned.
         self._charged: dict[str, _Charge] = {}
-        #: uid -> (the pod object, its request): requests computed once per object.
-        self._requests: dict[str, tuple[Pod, ResourceList]] = {}
+        #: The assigned pods' usage and the pods' requests, pod by pod.
+        self._usage = PodUsage(self._index)
 
     @property
     def index(self) -> QuotaIndex:
@@ -259,7 +259,8 @@ class ElasticQuota:
                 )
         moved = quotas_changed
         if before is None or before[0] is not pods or quotas_changed:
-            self._sync_pods(pods)
+            since = None if before is None or quotas_changed else before[0]
+            self._sync_pods(snapshot, pods, since)
             moved = True
         if before is None or before[2] is not nodes:
             allocatable = self._node_total.update(nodes)
@@ -270,23 +271,28 @@ class ElasticQuota:
         self._limits.clear()
         return quotas_changed or grew
 
-    def _sync_pods(self, pods: tuple[Object, ...]) -> None:
-        typed = [p for p in pods if isinstance(p, Pod)]
-        pending = {_uid(p) for p in typed if not is_assigned(p) and not p.is_terminated}
-        self._charged = {uid: c for uid, c in self._charged.items() if uid in pending}
-        requests: dict[str, tuple[Pod, ResourceList]] = {}
-
-        def requests_of(pod: Pod) -> ResourceList:
-            uid = _uid(pod)
-            cached = self._requests.get(uid)
-            request = cached[1] if cached is not None and cached[0] is pod else pod_requests(pod)
-            requests[uid] = (pod, request)
-            return request
-
-        ledger = QuotaLedger.from_pods(typed, self._index, requests_of=requests_of)
-        self._requests = requests
+    def _sync_pods(
+        self, snapshot: Snapshot, pods: tuple[Object, ...], since: tuple[Object, ...] | None
+    ) -> None:
+        """The ledger and requests from the pods changed since ``since`` (every pod when
+        None or when the snapshot no longer knows what changed)."""
+        changes = snapshot.changes(_POD_KIND, since) if since is not None else None
+        if changes is None:
+            self._usage = PodUsage(self._index, pods)
+        else:
+            self._usage.index = self._index
+            self._usage.update(changes)
+        self._charged = {
+            uid: c
+            for uid, c in self._charged.items()
+            if isinstance(p := snapshot.get(_POD_KIND, c.pod.metadata.name, c.pod.namespace), Pod)
+            and _uid(p) == uid
+            and not is_assigned(p)
+            and not p.is_terminated
+        }
+        ledger = self._usage.ledger()
         if self.args.enable_runtime_quota:
-            self._requests_by_quota = quota_requests(typed, self._index, requests_of=requests_of)
+            self._requests_by_quota = self._usage.requests()
         for charge in self._charged.values():
             ledger = ledger.assign(charge.quota, charge.pod, charge.request)
         self._ledger = ledger

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, cast
 
 from apis.core import Node, Pod
 from apis.kinds import default_registry
+from apis.meta import Object
 from apis.slo import NodeMetric
 from controller.scheduler import framework as fw
 from controller.scheduler.loadaware.args import LoadAwareArgs, resource_names
@@ -50,6 +51,7 @@ __all__ = ["NAME", "LoadAwareScheduling", "LoadAwareSchedulingArgs"]
 NAME = "LoadAwareScheduling"
 
 _EPOCH = datetime.fromtimestamp(0, UTC)
+_POD_KIND = default_registry().for_type(Pod)
 
 
 def _load_inputs(node: Node) -> tuple[object, ...]:
@@ -81,7 +83,7 @@ class LoadAwareScheduling:
         self._nodes: dict[str, Node] = {}
         self._metric_view: tuple[object, ...] | None = None
         self._metrics: dict[str, NodeMetric] = {}
-        self._pod_view: tuple[object, ...] | None = None
+        self._pod_view: tuple[Object, ...] | None = None
         #: uid -> the assigned pod last seen; node name -> ``namespace/name`` -> pod.
         self._pods: dict[str, Pod] = {}
         self._by_node: dict[str, dict[str, Pod]] = {}
@@ -102,7 +104,7 @@ class LoadAwareScheduling:
         dirty: set[str] = set()
         self._sync_nodes(snapshot.objects(kinds.for_type(Node)), dirty)
         metrics_changed = self._sync_metrics(snapshot.objects(kinds.for_type(NodeMetric)), dirty)
-        self._sync_pods(snapshot.objects(kinds.for_type(Pod)), dirty)
+        self._sync_pods(snapshot, snapshot.objects(kinds.for_type(Pod)), dirty)
         if table.names is not self._names:
             self._realign(table, dirty)
         for name in dirty:
@@ -151,12 +153,22 @@ class LoadAwareScheduling:
         self._metrics = seen
         return changed
 
-    def _sync_pods(self, pods: tuple[object, ...], dirty: set[str]) -> None:
+    def _sync_pods(self, snapshot: Snapshot, pods: tuple[Object, ...], dirty: set[str]) -> None:
+        """Take the pods changed since the last sync (every pod when the snapshot no longer
+        knows which)."""
         if pods is self._pod_view:
             return
-        self._pod_view = pods
+        since, self._pod_view = self._pod_view, pods
+        changes = snapshot.changes(_POD_KIND, since) if since is not None else None
+        if changes is None:  # every pod: whatever is not among them is gone
+            gone = list(self._pods)
+            changes = [(None, obj) for obj in pods]
+        else:
+            gone = [b.metadata.uid or pod_key(b) for b, _ in changes if isinstance(b, Pod)]
         seen: set[str] = set()
-        for obj in pods:
+        for _, obj in changes:
+            if obj is None:
+                continue
             pod = cast("Pod", obj)
             node = pod.spec.node_name
             if not node:
@@ -174,8 +186,9 @@ class LoadAwareScheduling:
             dirty.add(node)
             if key in self._assumed_at and scheduled_time(pod) is not None:
                 del self._assumed_at[key]
-        for uid in [u for u in self._pods if u not in seen]:
-            self._drop(self._pods.pop(uid), dirty)
+        for uid in gone:
+            if uid in self._pods and uid not in seen:
+                self._drop(self._pods.pop(uid), dirty)
 
     def _drop(self, pod: Pod, dirty: set[str]) -> None:
         node = pod.spec.node_name

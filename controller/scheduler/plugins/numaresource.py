@@ -38,6 +38,7 @@ from apis import constants as k
 from apis.bounded import CpuListError, check_cpus
 from apis.core import Node, Pod
 from apis.kinds import default_registry
+from apis.meta import Object
 from controller.numaresource.allocator import NOT_ENOUGH_CPUS, allocate, numa_node_resources
 from controller.numaresource.allocator import numa_allocate_strategy as allocate_strategy
 from controller.numaresource.args import MOST_ALLOCATED, NodeNUMAResourceArgs
@@ -77,6 +78,7 @@ _CODES = {
     "Error": fw.Code.ERROR,
 }
 #: QoS classes whose prod pods may have CPUs bound.
+_POD_KIND = default_registry().for_type(Pod)
 _BINDING_QOS = frozenset({"LSE", "LSR"})
 _FORCING = frozenset({NodeCPUBindPolicy.FULL_PCPUS_ONLY, NodeCPUBindPolicy.SPREAD_BY_PCPUS})
 #: NUMA topology policies under which a pod's CPUs all come from one NUMA node.
@@ -116,9 +118,9 @@ class NodeNUMAResource:
         self.args: NodeNUMAResourceArgs = args
         self._node_view: tuple[object, ...] | None = None
         self._nodes: dict[str, Node] = {}
-        self._pod_view: tuple[object, ...] | None = None
-        #: The node view ``_by_node`` was checked against.
-        self._checked_nodes: tuple[object, ...] | None = None
+        self._pod_view: tuple[Object, ...] | None = None
+        #: uid -> bound, unfinished pod carrying a resource-status annotation.
+        self._held: dict[str, Pod] = {}
         #: uid -> the refusal of its annotation already handed out; and those not yet.
         self._refused: dict[str, str] = {}
         self._warnings: list[tuple[Pod, str]] = []
@@ -136,8 +138,11 @@ class NodeNUMAResource:
 
     def sync(self, snapshot: Snapshot, table: NodeTable) -> bool:
         kinds = default_registry()
+        before = self._nodes
         changed = self._sync_nodes(snapshot.objects(kinds.for_type(Node)))
-        self._sync_pods(snapshot.objects(kinds.for_type(Pod)))
+        # A node's CPUs changed, or a node came or went: the held cpusets are checked again.
+        recheck = changed or (self._nodes is not before and self._nodes.keys() != before.keys())
+        self._sync_pods(snapshot, snapshot.objects(kinds.for_type(Pod)), recheck)
         return changed
 
     def _sync_nodes(self, nodes: tuple[object, ...]) -> bool:
@@ -159,30 +164,51 @@ class NodeNUMAResource:
         self._forcing_names = None
         return changed
 
-    def _sync_pods(self, pods: tuple[object, ...]) -> None:
-        if pods is self._pod_view and self._node_view is self._checked_nodes:
+    def _sync_pods(self, snapshot: Snapshot, pods: tuple[Object, ...], recheck: bool) -> None:
+        """Take the pods changed since the last sync (every pod when the snapshot no longer
+        knows which); ``recheck``: the nodes' CPUs changed, so every held cpuset is checked
+        against them again."""
+        if pods is self._pod_view and not recheck:
             return
-        self._pod_view = pods
-        self._checked_nodes = self._node_view
-        by_node: dict[str, dict[str, Pod]] = {}
-        refused: dict[str, str] = {}
-        for obj in pods:
+        since, self._pod_view = self._pod_view, pods
+        changes = snapshot.changes(_POD_KIND, since) if since is not None else None
+        if changes is None:  # every pod
+            self._held = {}
+            changes = [(None, obj) for obj in pods]
+        held = self._held
+        touched = recheck
+        for before, _ in changes:
+            if isinstance(before, Pod):
+                touched |= held.pop(before.metadata.uid or pod_key(before), None) is not None
+        for _, obj in changes:
+            if obj is None:
+                continue
             pod = cast("Pod", obj)
-            node = pod.spec.node_name
-            if not node:
+            if not pod.spec.node_name:
                 continue
             uid = pod.metadata.uid or pod_key(pod)
             self._assumed.pop(uid, None)
             if pod.status.phase in FINISHED_PHASES:
                 continue
             if k.ANNOTATION_RESOURCE_STATUS in pod.metadata.annotations:
-                problem = self._refusal(pod, node)
-                if problem is None:
-                    by_node.setdefault(node, {})[uid] = pod
-                    continue
-                refused[uid] = problem
-                if self._refused.get(uid) != problem:
-                    self._warnings.append((pod, problem))
+                held[uid] = pod
+                touched = True
+        if touched:
+            self._regroup()
+
+    def _regroup(self) -> None:
+        """``_by_node`` and ``_refused`` from the held pods (few: those with a cpuset)."""
+        by_node: dict[str, dict[str, Pod]] = {}
+        refused: dict[str, str] = {}
+        for uid, pod in self._held.items():
+            node = pod.spec.node_name
+            problem = self._refusal(pod, node)
+            if problem is None:
+                by_node.setdefault(node, {})[uid] = pod
+                continue
+            refused[uid] = problem
+            if self._refused.get(uid) != problem:
+                self._warnings.append((pod, problem))
         self._by_node = by_node
         self._refused = refused
 

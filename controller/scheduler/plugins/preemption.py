@@ -45,27 +45,47 @@ class DefaultPreemption:
     def __init__(self, args: fw.NoArgs) -> None:
         self.args = args
         self._view: tuple[Object, ...] | None = None
-        #: node name -> its assigned, not finished pods.
-        self._assigned: dict[str, tuple[Pod, ...]] = {}
-        #: node name -> the pending pods nominated to it.
-        self._nominated: dict[str, tuple[Pod, ...]] = {}
+        #: (True, node name) -> its assigned, not finished pods; (False, node name) -> the
+        #: pending pods nominated to it; by (namespace, name)
+        self._placed: dict[tuple[bool, str], dict[tuple[str, str], Pod]] = {}
+        #: what :meth:`_pods` last gave for each place, until a pod there changes
+        self._sorted: dict[tuple[bool, str], tuple[Pod, ...]] = {}
+
+    def _pods(self, assigned: bool, node: str) -> tuple[Pod, ...]:
+        """The pods assigned (or nominated) to ``node``, by namespace and name."""
+        place = (assigned, node)
+        found = self._sorted.get(place)
+        if found is None:
+            on = self._placed.get(place, {})
+            found = self._sorted[place] = tuple(on[key] for key in sorted(on))
+        return found
 
     def sync(self, snapshot: Snapshot, table: NodeTable) -> bool:
         pods = snapshot.objects(_POD_KIND)
         if pods is self._view:
             return False
-        self._view = pods
-        assigned: dict[str, list[Pod]] = {}
-        nominated: dict[str, list[Pod]] = {}
-        for obj in pods:
-            if not isinstance(obj, Pod) or obj.is_terminated:
-                continue
-            if obj.spec.node_name:
-                assigned.setdefault(obj.spec.node_name, []).append(obj)
-            elif obj.status.nominated_node_name:
-                nominated.setdefault(obj.status.nominated_node_name, []).append(obj)
-        self._assigned = {node: tuple(p) for node, p in assigned.items()}
-        self._nominated = {node: tuple(p) for node, p in nominated.items()}
+        since, self._view = self._view, pods
+        changes = snapshot.changes(_POD_KIND, since) if since is not None else None
+        if changes is None:  # every pod
+            self._placed, self._sorted = {}, {}
+            changes = [(None, obj) for obj in pods]
+        for before, after in changes:
+            for obj in (before, after):
+                if not isinstance(obj, Pod) or obj.is_terminated:
+                    continue
+                if obj.spec.node_name:
+                    place = (True, obj.spec.node_name)
+                elif obj.status.nominated_node_name:
+                    place = (False, obj.status.nominated_node_name)
+                else:
+                    continue
+                on = self._placed.setdefault(place, {})
+                key = (obj.metadata.namespace, obj.metadata.name)
+                if obj is before:
+                    on.pop(key, None)
+                else:
+                    on[key] = obj
+                self._sorted.pop(place, None)
         return False
 
     def post_filter(
@@ -79,8 +99,8 @@ class DefaultPreemption:
             preemption.NodeState(
                 name=name,
                 allocatable=node.allocatable,
-                pods=self._assigned.get(name, ()),
-                nominated=self._nominated.get(name, ()),
+                pods=self._pods(True, name),
+                nominated=self._pods(False, name),
             )
             for row, (name, node) in enumerate(zip(table.names, table.nodes, strict=True))
             if row not in out

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from apis.core import Pod
 from apis.kinds import Kind
 from controller.descheduler.loop import _group_pods, _PodGroups, _regroup
+from controller.snapshots import LINEAGE_DEPTH
 from controller.store import Store
 from tests.controller.descheduler.conftest import make_pod, replicaset
 
@@ -118,7 +119,7 @@ def test_a_change_leaves_the_lists_of_other_nodes_and_controllers_as_they_were()
         }
 
 
-def test_without_the_last_view_the_groupings_are_worked_out_anew() -> None:
+def test_groupings_are_updated_from_an_earlier_view_or_worked_out_anew_past_it() -> None:
     calls: list[int] = []
 
     def regroup(before: _PodGroups, changes: Any) -> _PodGroups:
@@ -137,5 +138,11 @@ def test_without_the_last_view_the_groupings_are_worked_out_anew() -> None:
         store.snapshot().objects(kind)  # a view built, its groupings never asked for
         store.apply(pod("p4", "node-b", "rs-2", "koord-scheduler", "Running"))
         groups = store.snapshot().derived(kind, _group_pods, regroup)
-        assert calls == [1]  # nothing to update from: worked out anew
+        assert calls == [1, 2]  # from the view before the last: p3 and p4 came since
         assert [p.metadata.name for p in groups.by_node["node-b"]] == ["p2", "p3", "p4"]
+        for number in range(5, 6 + LINEAGE_DEPTH):
+            store.apply(pod(f"p{number}", "node-b", "rs-2", "koord-scheduler", "Running"))
+            store.snapshot().objects(kind)  # views whose groupings nobody asks for
+        groups = store.snapshot().derived(kind, _group_pods, regroup)
+        assert calls == [1, 2]  # further back than a view keeps: worked out anew
+        assert len(groups.by_node["node-b"]) == 4 + LINEAGE_DEPTH
