@@ -37,7 +37,15 @@ from controller.workloads.job import BatchJobController
 from controller.workloads.replicaset import ReplicaSetController
 from controller.workloads.statefulset import StatefulSetController
 
-__all__ = ["LOOPS", "ControlLoop", "LoopContext", "LoopFactory", "LoopRunner", "build_loops"]
+__all__ = [
+    "DEBOUNCE",
+    "LOOPS",
+    "ControlLoop",
+    "LoopContext",
+    "LoopFactory",
+    "LoopRunner",
+    "build_loops",
+]
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +111,17 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+#: Seconds :class:`LoopRunner` waits after a change before its pass.
+DEBOUNCE = 0.005
+
+
 class LoopRunner:
     """Runs loops under the real clock: on every store change and at each requested time.
 
-    ``name``: the component's, for a runner beside the one of :data:`LOOPS`."""
+    ``name``: the component's, for a runner beside the one of :data:`LOOPS`. ``debounce``:
+    seconds the loops wait after a change woke them, so that the API answers the write that
+    woke them before they run in the same thread (a write's latency is its own, not the
+    loops' reaction to it) and a burst of writes is one pass."""
 
     def __init__(
         self,
@@ -116,8 +131,10 @@ class LoopRunner:
         clock: Callable[[], datetime] = _utcnow,
         idle_interval: float = 30.0,
         name: str = "control-loops",
+        debounce: float = DEBOUNCE,
     ) -> None:
         self.name = name
+        self._debounce = debounce
         self._store = store
         self._loops = list(loops)
         self._ctx = LoopContext(store=store, now=clock)
@@ -152,3 +169,4 @@ class LoopRunner:
                     await store.changed(seen)
             except TimeoutError:
                 continue
+            await asyncio.sleep(self._debounce)
