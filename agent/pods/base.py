@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 import msgspec
 
 from agent.errors import TransientError
+from apis import codec
 from apis.codec import decode_as
 from apis.core import Pod
 from apis.errors import DecodeError
@@ -217,8 +218,9 @@ def parse_pod_list(data: bytes | str, *, source: str) -> tuple[Pod, ...]:
     """A JSON ``PodList`` body -> its pods (bad pods skipped); :class:`PodListError` if the
     body is not JSON or not a pod list."""
     try:
+        codec.check_depth(data)
         document = msgspec.json.decode(data)
-    except msgspec.DecodeError as err:
+    except (msgspec.DecodeError, DecodeError) as err:
         raise PodListError(f"{source}: invalid JSON: {err}") from None
     return decode_pods(pod_list_items(document, source=source), source=source)
 

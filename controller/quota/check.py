@@ -35,12 +35,12 @@ hold ``used - freed + req`` after the evictions.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from apis import bounded
 from apis import constants as k
 from apis.core import Pod, pod_requests
 from apis.meta import Object, ObjectMeta
@@ -118,9 +118,9 @@ def _bound_namespaces(quota: ElasticQuota) -> tuple[str, ...]:
     if not text:
         return ()
     try:
-        value = json.loads(text)
-    except ValueError:
-        log.debug("quota %s: ignoring annotation %s: not JSON", quota.name, text)
+        value = bounded.decode_any(text, k.ANNOTATION_QUOTA_NAMESPACES)
+    except bounded.BoundedError as err:
+        log.debug("quota %s: ignoring annotation: %s", quota.name, err)
         return ()
     if not isinstance(value, list):
         return ()

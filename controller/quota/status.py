@@ -22,6 +22,7 @@ from typing import Final
 
 import msgspec
 
+from apis import bounded
 from apis import constants as k
 from apis.quantity import QuantityError
 from apis.quota import ElasticQuota
@@ -54,7 +55,7 @@ def read_resources(text: str) -> ResourceList | None:
     if not text:
         return None
     try:
-        raw = json.loads(text)
+        raw = bounded.decode_any(text, "")
         return ResourceList.parse(raw) if isinstance(raw, dict) else None
     except (ValueError, QuantityError):
         return None

@@ -39,13 +39,13 @@ parent labels). The root's runtime is the total itself.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from apis import constants as k
+from apis.bounded import decode_any, excerpt
 from apis.quantity import QuantityError
 from apis.quota import ElasticQuota
 from apis.resources import ResourceList
@@ -146,10 +146,10 @@ def shared_weight(quota: ElasticQuota) -> ResourceList:
     declared = _NO_RESOURCES
     if text:
         try:
-            raw = json.loads(text)
+            raw = decode_any(text, k.ANNOTATION_QUOTA_SHARED_WEIGHT)
             declared = ResourceList.parse(raw) if isinstance(raw, dict) else _NO_RESOURCES
         except (ValueError, QuantityError):
-            log.debug("quota %s: shared weight %s is not a ResourceList", quota.name, text)
+            log.debug("quota %s: shared weight %s is not a ResourceList", quota.name, excerpt(text))
     weights = dict(quota.spec.max)
     weights.update({name: amount for name, amount in declared.items() if amount > 0})
     return ResourceList(weights)

@@ -15,6 +15,8 @@ from typing import Any
 import msgspec
 
 from apis import codec
+from apis.bounded import nested_deeper
+from apis.codec import MAX_DEPTH
 from apis.errors import DecodeError
 
 __all__ = ["GoJSONError", "conform", "decode", "json_text", "load_object"]
@@ -26,6 +28,8 @@ class GoJSONError(ValueError):
 
 def load_object(text: str) -> dict[str, Any]:
     """The JSON object ``text`` holds (not JSON / not an object: :class:`GoJSONError`)."""
+    if nested_deeper(text, MAX_DEPTH):
+        raise GoJSONError(f"invalid JSON: maps and lists nested more than {MAX_DEPTH} levels deep")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:

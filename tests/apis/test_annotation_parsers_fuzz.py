@@ -17,11 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.pods.base import PodListError, parse_pod_list
 from agent.qos import cpuset_pool, nodeinfo
 from apis import constants as k
 from apis.bounded import MAX_CPUS, MAX_TEXT
 from apis.core import Node, Pod, PodTemplateSpec
 from apis.meta import ObjectMeta
+from apis.quota import ElasticQuota, ElasticQuotaSpec
+from apis.resources import ResourceList
 from apis.scheduling import Reservation, ReservationSpec
 from controller import gangs
 from controller.descheduler.plugins.lownodeload.usage import capacity_of
@@ -36,6 +39,9 @@ from controller.numaresource.status import (
     parse_resource_status,
 )
 from controller.numaresource.topology import CPUTopologyError, parse_cpu_topology
+from controller.quota.check import QuotaIndex
+from controller.quota.status import read_resources
+from controller.quota.tree import shared_weight
 from controller.reservations import AnnotationError, affinity
 from controller.reservations.accounting import node_reserved
 from controller.reservations.reserve_pod import resize_allocatable
@@ -43,6 +49,7 @@ from controller.scheduler.loadaware.args import load_args, node_thresholds
 from controller.scheduler.loadaware.estimator import estimation_deadline, scaling_factors
 from controller.scheduler.loadaware.usage import node_capacity
 from controller.schedulinghint import parse_scheduling_hint
+from controller.slo.config import SLOConfigError, parse_key
 from tests.controller.scheduler import GI, make_pod
 
 BUDGET_BYTES = 8 * 1024 * 1024
@@ -297,3 +304,29 @@ def test_deep_reservation_resource_annotations_are_annotation_errors(
 def test_deep_raw_allocatable_leaves_the_descheduler_the_node_allocatable() -> None:
     node = _node({k.ANNOTATION_NODE_RAW_ALLOCATABLE: _DEEP})
     assert capacity_of(node) == node.allocatable
+
+
+def test_deep_quota_annotations_read_as_absent() -> None:
+    quota = ElasticQuota(
+        metadata=ObjectMeta(
+            name="q",
+            annotations={
+                k.ANNOTATION_QUOTA_SHARED_WEIGHT: _DEEP,
+                k.ANNOTATION_QUOTA_NAMESPACES: _DEEP,
+            },
+        ),
+        spec=ElasticQuotaSpec(max=ResourceList.parse({"cpu": "4"})),
+    )
+    assert shared_weight(quota) == quota.spec.max
+    assert read_resources(_DEEP) is None
+    assert QuotaIndex.build([quota]).bound == {}
+
+
+def test_a_deep_slo_config_value_is_a_config_error() -> None:
+    with pytest.raises(SLOConfigError, match="nested more than"):
+        parse_key("resource-threshold-config", '{"clusterStrategy": ' + _DEEP + "}")
+
+
+def test_a_deep_pod_list_body_is_refused_by_the_agent() -> None:
+    with pytest.raises(PodListError, match="nested more than"):
+        parse_pod_list(_DEEP.encode(), source="pods topic")
