@@ -85,7 +85,7 @@ from controller.queueing.visibility import (
     format_rate,
     queue_item_details,
 )
-from controller.quota.check import QuotaIndex, quota_name
+from controller.quota.check import QuotaIndex, QuotaSums, quota_name
 from controller.quota.status import child_request, quota_status
 from controller.quota.tree import QuotaTree, RuntimeQuota
 from controller.store import Store
@@ -245,16 +245,14 @@ class QueueingLoop:
         self._changed_pods: dict[tuple[str, str], None] = {}
         #: pod key -> what it adds to its quota (pods outside the queue with a quota only)
         self._shares: dict[tuple[str, str], _Share] = {}
-        #: quota -> resource -> how many of its shares name it (a sum with none is dropped)
-        self._demand_counts: dict[str, dict[str, int]] = {}
-        self._demand_pods: dict[str, int] = {}
+        #: per quota, the requests of its pods outside the queue (their shares)
+        self._demand = QuotaSums()
         self._changed_units: dict[tuple[str, str], QueueUnit | None] = {}
         self._tree: QuotaTree | None = None
         self._runtime_quota: RuntimeQuota | None = None
         #: quota -> its own pods' requests, as the last runtime was computed from them
         self._own_requests: Mapping[str, Mapping[str, int]] = {}
         self._total: dict[str, int] = {}
-        self._external_demand: dict[str, dict[str, int]] = {}
         self._runtime_dirty = True
         self._written: dict[str, _Written] = {}
         self._rates: dict[str, AdmissionRate] = {}
@@ -517,18 +515,7 @@ class QueueingLoop:
         return quota, pod_requests(pod), holder, non_preemptible
 
     def _add_demand(self, share: _Share, sign: int) -> None:
-        quota, request, _, _ = share
-        pods = self._demand_pods[quota] = self._demand_pods.get(quota, 0) + sign
-        total = self._external_demand.setdefault(quota, {})
-        counts = self._demand_counts.setdefault(quota, {})
-        for name, amount in request.items():
-            count = counts[name] = counts.get(name, 0) + sign
-            if count:
-                total[name] = total.get(name, 0) + sign * amount
-            else:
-                del counts[name], total[name]
-        if not pods:
-            del self._demand_pods[quota], self._external_demand[quota], self._demand_counts[quota]
+        self._demand.add(share[0], share[1], sign)
 
     def _sync_pods(self) -> None:
         """Pods outside the queue count in their quota's demand, and in used once bound.
@@ -542,9 +529,8 @@ class QueueingLoop:
             self._pods_all = False
             self._changed_pods.clear()
             before = self._shares
-            demand_before = self._external_demand
-            self._shares, self._external_demand = {}, {}
-            self._demand_counts, self._demand_pods = {}, {}
+            demand_before = self._demand.amounts
+            self._shares, self._demand = {}, QuotaSums()
             for key, pod in pods.items():
                 share = self._share(pod)
                 if share is not None:
@@ -559,7 +545,7 @@ class QueueingLoop:
             if charged != {s[2]: s for s in before.values() if s[2]}:
                 # What pods outside the queue use shows in their quotas' status too.
                 self._status_dirty = True
-            if self._external_demand != demand_before:
+            if self._demand.amounts != demand_before:
                 self._runtime_dirty = True
             return
         changed, self._changed_pods = self._changed_pods, {}
@@ -573,7 +559,7 @@ class QueueingLoop:
                 continue
             for share in (old, new):
                 if share is not None and share[0] not in touched:
-                    found = self._external_demand.get(share[0])
+                    found = self._demand.amounts.get(share[0])
                     touched[share[0]] = dict(found) if found is not None else None
             if old is not None:
                 self._add_demand(old, -1)
@@ -586,7 +572,7 @@ class QueueingLoop:
                     ledger.charge(new[2], new[0], new[1], non_preemptible=new[3])
             if (old[2] if old else "") or (new[2] if new else ""):
                 self._status_dirty = True
-        if any(self._external_demand.get(quota) != was for quota, was in touched.items()):
+        if any(self._demand.amounts.get(quota) != was for quota, was in touched.items()):
             self._runtime_dirty = True
 
     def _sync_runtime(self) -> None:
@@ -595,7 +581,7 @@ class QueueingLoop:
             return
         self._runtime_dirty = False
         requests: dict[str, dict[str, int]] = {}
-        for source in (engine.demand(), self._external_demand):
+        for source in (engine.demand(), self._demand.amounts):
             for quota, amounts in source.items():
                 total = requests.setdefault(quota, {})
                 for name, amount in amounts.items():

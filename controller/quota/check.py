@@ -55,6 +55,7 @@ __all__ = [
     "QuotaCheck",
     "QuotaIndex",
     "QuotaLedger",
+    "QuotaSums",
     "QuotaUsage",
     "Verdict",
     "check_pod",
@@ -355,7 +356,7 @@ def quota_requests(
     return {name: ResourceList(amounts) for name, amounts in sums.items()}
 
 
-class _Sums:
+class QuotaSums:
     """Per quota, the amounts of the pods counted and how many pods name each resource, so
     that taking a pod out leaves exactly what summing the others gives."""
 
@@ -396,7 +397,7 @@ class PodUsage:
         self.index = index
         self._disable_default_quota = disable_default_quota
         self._shares: dict[tuple[str, str], _PodShare] = {}
-        self._used, self._pinned, self._requested = _Sums(), _Sums(), _Sums()
+        self._used, self._pinned, self._requested = QuotaSums(), QuotaSums(), QuotaSums()
         self._ledger: QuotaLedger | None = None
         self._requests: dict[str, ResourceList] | None = None
         self.update((None, pod) for pod in pods)
