@@ -52,6 +52,7 @@ lint: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 pytest: install-test
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)

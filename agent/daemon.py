@@ -66,13 +66,13 @@ from agent.report.bus import BusPublisher
 from agent.report.transport import NullPublisher, Publisher
 from agent.states import PodStateCache, cpu_topology, pod_states
 from apis.core import Node, Pod
-from apis.meta import ObjectMeta
+from apis.meta import REPORTED_AT_ANNOTATION, ObjectMeta
 from apis.qos import QoSClass
 from apis.resources import ResourceList
 from apis.scheduling import Device
 from apis.slo import NodeMetric
 from koordpy import lifecycle
-from koordpy.bus import REPORTED_AT_ANNOTATION, Bus
+from koordpy.bus import Bus
 
 __all__ = ["DEVICE_INTERVAL", "NodeMetricReporter", "Reporter", "device_of", "run"]
 

@@ -7,12 +7,14 @@ defaults omitted, unknown fields rejected. ``Object`` is the base of every top-l
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, dataclass_transform
+from typing import Any, Final, dataclass_transform
 
 import msgspec
 
 __all__ = [
+    "REPORTED_AT_ANNOTATION",
     "Condition",
     "LabelSelector",
     "LabelSelectorRequirement",
@@ -22,7 +24,20 @@ __all__ = [
     "ObjectMeta",
     "ObjectReference",
     "OwnerReference",
+    "without_reported_at",
 ]
+
+#: Annotation an agent stamps on retained bodies without a heartbeat of their own (Device):
+#: when it last reported them (on a change, and again every 30 s while unchanged; RFC 3339).
+REPORTED_AT_ANNOTATION: Final = "koordpy.io/reported-at"
+
+
+def without_reported_at(annotations: Mapping[str, str]) -> Mapping[str, str]:
+    """``annotations`` without :data:`REPORTED_AT_ANNOTATION` (themselves when it is absent):
+    what a report says apart from when it was made."""
+    if REPORTED_AT_ANNOTATION not in annotations:
+        return annotations
+    return {key: value for key, value in annotations.items() if key != REPORTED_AT_ANNOTATION}
 
 
 class _StructMeta(msgspec.StructMeta):

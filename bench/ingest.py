@@ -68,7 +68,7 @@ from agent.report.bus import status_body
 from apis.codec import encode_json
 from apis.core import Node
 from apis.duration import Duration
-from apis.meta import ObjectMeta
+from apis.meta import REPORTED_AT_ANNOTATION, ObjectMeta
 from apis.resources import ResourceList
 from apis.slo import (
     AggregatedUsage,
@@ -80,7 +80,7 @@ from apis.slo import (
 )
 from bench.ports import free_port
 from controller.config import StoreSection
-from koordpy.bus import REPORTED_AT_ANNOTATION, node_topic
+from koordpy.bus import node_topic
 
 __all__ = ["main"]
 

@@ -91,7 +91,7 @@ from apis.core import Event, Node, Pod
 from apis.errors import ApiError, UnknownKind
 from apis.eviction import EVICTIONS_LEAF, EvictionRequest
 from apis.kinds import Kind
-from apis.meta import Object
+from apis.meta import REPORTED_AT_ANNOTATION, Object
 from apis.scheduling import Device
 from apis.slo import NodeMetric, NodeMetricSpec
 from controller.descheduler.evictor import TokenBucket
@@ -110,7 +110,6 @@ from controller.noderestriction import agent_owns_label, restricted
 from controller.store import Outcome, Store
 from koordpy.bus import (
     CONTROLLER_LEAVES,
-    REPORTED_AT_ANNOTATION,
     AgentStatus,
     Bus,
     BusError,

@@ -2,7 +2,7 @@
 
 An agent republishes its Node and its Device on every heartbeat with nothing changed but a
 time stamp (the Node's ``Ready`` condition ``lastHeartbeatTime``, the Device's
-:data:`~koordpy.bus.REPORTED_AT_ANNOTATION`), and its NodeMetric with a new status (usage
+:data:`~apis.meta.REPORTED_AT_ANNOTATION`), and its NodeMetric with a new status (usage
 figures and ``status.updateTime``). :func:`without_report` gives an object without that part
 and without its resourceVersion (which every stored write changes): two states of an object
 compare equal under it exactly when they differ only in what the agent keeps reporting. The
@@ -19,10 +19,9 @@ from typing import Any, Final
 import msgspec
 
 from apis.core import Node
-from apis.meta import Object
+from apis.meta import Object, without_reported_at
 from apis.scheduling import Device
 from apis.slo import NodeMetric, NodeMetricStatus
-from koordpy.bus import without_reported_at
 
 __all__ = ["WITHOUT_REPORT", "without_report"]
 

@@ -31,7 +31,7 @@ import functools
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -43,7 +43,6 @@ __all__ = [
     "AGENT_LEAVES",
     "CONTROLLER_LEAVES",
     "LEAVES",
-    "REPORTED_AT_ANNOTATION",
     "RETAINED_LEAVES",
     "ROOT",
     "AgentStatus",
@@ -57,7 +56,6 @@ __all__ = [
     "node_topic",
     "parse_node_topic",
     "topic_matches",
-    "without_reported_at",
 ]
 
 _log = logging.getLogger(__name__)
@@ -89,20 +87,6 @@ RETAINED_LEAVES: Final = frozenset(
 #: ``nodemetricspec`` is the node's NodeMetric with its spec only (what the agent follows).
 AGENT_LEAVES: Final = ("node", "device", "nodemetric", "status", "events", "evictions")
 CONTROLLER_LEAVES: Final = ("pods", "nodeslo", "nodemetricspec")
-
-#: Annotation an agent stamps on retained bodies without a heartbeat of their own (Device):
-#: when it last reported them (on a change, and again every 30 s while unchanged; RFC 3339).
-#: The controller drops a body older than the one it stored, so a replayed or delayed
-#: message never rolls a report back.
-REPORTED_AT_ANNOTATION: Final = "koordpy.io/reported-at"
-
-
-def without_reported_at(annotations: Mapping[str, str]) -> Mapping[str, str]:
-    """``annotations`` without :data:`REPORTED_AT_ANNOTATION` (themselves when it is absent):
-    what a report says apart from when it was made."""
-    if REPORTED_AT_ANNOTATION not in annotations:
-        return annotations
-    return {key: value for key, value in annotations.items() if key != REPORTED_AT_ANNOTATION}
 
 
 class BusError(Exception):

@@ -456,6 +456,33 @@ class _LeanSocket:
         return getattr(self._sock, name)
 
 
+#: The versions :class:`_Client` is written against (pinned in pyproject.toml), and the
+#: private members of theirs it uses: aiomqtt's client (what it subclasses) and paho's (the
+#: connection aiomqtt holds as ``_client``). ``tests/koordpy/test_mqtt_internals.py`` fails
+#: when another version is installed or one of these is gone.
+WRITTEN_AGAINST: Final = {"aiomqtt": "2.5.1", "paho-mqtt": "2.2.0"}
+PRIVATE_MEMBERS: Final = {
+    "aiomqtt.Client": (
+        "_client",
+        "_disconnected",
+        "_loop",
+        "_misc_loop",
+        "_misc_task",
+        "_on_message",
+        "_on_publish",
+        "_on_socket_close",
+        "_on_socket_open",
+    ),
+    "paho.mqtt.client.Client": (
+        "_last_bytes_received",
+        "_msgtime_mutex",
+        "_packet_queue",
+        "_sock",
+        "_sock_close",
+    ),
+}
+
+
 class _Client(aiomqtt.Client):
     """aiomqtt's client, with the changes the bridge needs: messages are handed to a callback
     as they arrive (no task per message; PUBLISH packets are read off the socket by

@@ -29,12 +29,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from apis.codec import encode_json
 from apis.core import Node
 from apis.kinds import Kind, default_registry
-from apis.meta import Object, ObjectMeta
+from apis.meta import REPORTED_AT_ANNOTATION, Object, ObjectMeta
 from apis.scheduling import Device
 from apis.slo import NodeMetric
 from controller.api.client import Client, Unreachable
 from controller.errors import NotFound
-from koordpy.bus import REPORTED_AT_ANNOTATION, node_topic
+from koordpy.bus import node_topic
 from tests.fakes.broker import Broker, free_port, running_broker
 from tests.koordpy.daemons import koordpy_command
 

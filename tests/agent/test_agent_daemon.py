@@ -32,11 +32,11 @@ from agent.errors import ConfigError, TransientError, Unsupported
 from agent.node import LABEL_CGROUP_DRIVER, LABEL_CGROUP_VERSION, HostFacts
 from apis.codec import decode_json
 from apis.core import Node
-from apis.meta import ObjectMeta
+from apis.meta import REPORTED_AT_ANNOTATION, ObjectMeta
 from apis.scheduling import Device
 from apis.slo import NodeMetric
 from koordpy import cli, exposition, lifecycle
-from koordpy.bus import REPORTED_AT_ANNOTATION, AgentStatus, Bus, node_topic
+from koordpy.bus import AgentStatus, Bus, node_topic
 from tests.crdschema import schema_errors, validator
 from tests.fakes.host import FakeHost
 from tests.fakes.publisher import RecordingPublisher

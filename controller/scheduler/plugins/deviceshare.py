@@ -62,7 +62,7 @@ from numpy.typing import NDArray
 from apis import constants as k
 from apis.core import ConfigMap, Pod
 from apis.kinds import default_registry
-from apis.meta import Object
+from apis.meta import Object, without_reported_at
 from apis.resources import ResourceList
 from apis.scheduling import Device
 from controller.deviceshare import (
@@ -98,7 +98,6 @@ from controller.deviceshare.templates import (
 from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable, is_assigned
 from controller.scheduler.podinfo import PodInfo, pod_key
-from koordpy.bus import without_reported_at
 
 if TYPE_CHECKING:
     from controller.snapshots import Change, Snapshot

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, cast
 
 from apis.core import Node, Pod
 from apis.kinds import default_registry
-from apis.meta import Object
+from apis.meta import Object, without_reported_at
 from apis.slo import NodeMetric
 from controller.scheduler import framework as fw
 from controller.scheduler.loadaware.args import LoadAwareArgs, resource_names
@@ -39,7 +39,6 @@ from controller.scheduler.loadaware.table import (
     score_rows,
 )
 from controller.scheduler.loadaware.usage import NodeLoad, assume, build_node_load, forget, pod_key
-from koordpy.bus import without_reported_at
 
 if TYPE_CHECKING:
     from controller.scheduler.nodetable import NodeTable
