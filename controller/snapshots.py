@@ -1,7 +1,8 @@
 """Immutable views of the store for control loops.
 
-A :class:`Snapshot` holds, per kind, a tuple of the (frozen) objects sorted by namespace and
-name, and the resourceVersion it reflects (kinds are found by their Struct type, so lookups
+A :class:`Snapshot` holds, per kind, the (frozen) objects sorted by namespace and name
+(:class:`Items`: an immutable sequence in chunks, which a view built from the one before
+shares), and the resourceVersion it reflects (kinds are found by their Struct type, so lookups
 never compute a kind's names). The store keeps one :class:`KindView` per kind and
 rebuilds it only after that kind changed, so taking snapshots repeatedly costs little.
 
@@ -22,9 +23,11 @@ those views, so neither walks every object after a write.
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, cast, overload
 
 from apis.kinds import Kind
 from apis.labels import Selector
@@ -35,17 +38,171 @@ T = TypeVar("T")
 #: An object before and after a change (None: absent), for :meth:`Snapshot.derived`.
 Change = tuple[Object | None, Object | None]
 
-__all__ = ["LINEAGE_DEPTH", "Change", "KindView", "LazyView", "Lineage", "Snapshot"]
+__all__ = ["LINEAGE_DEPTH", "Change", "Items", "KindView", "LazyView", "Lineage", "Snapshot"]
 
 #: Earlier views of a kind whose changes a view keeps (see :class:`Lineage`).
 LINEAGE_DEPTH = 4
 #: Views an index may be layered over before it is copied whole (see :class:`_Layered`).
 MAX_LAYERS = 8
+#: Objects per part of a large index (:class:`_Parts`) when it is split.
+PART = 1_024
 #: Changed objects past which a view keeps no lineage to an earlier one: reading every object
 #: again costs about as much by then.
 MAX_LINEAGE_CHANGES = 4_096
 
 Key = tuple[str, str]
+
+#: Objects per chunk of :class:`Items` when built; a chunk is split past :data:`MAX_CHUNK` and
+#: merged with a neighbour under :data:`MIN_CHUNK`.
+CHUNK = 1_024
+MAX_CHUNK = 2 * CHUNK
+MIN_CHUNK = CHUNK // 4
+
+
+#: An object's (namespace, name), at C speed.
+_key_of: Callable[[Object], Key] = operator.attrgetter("metadata.namespace", "metadata.name")
+
+
+class Items(Sequence[Object]):
+    """A kind's objects sorted by (namespace, name): an immutable sequence kept as a tuple of
+    chunks, so that :meth:`updated` copies only the chunks an update touches and views built
+    one after another share the rest (dropping an old view frees only what it alone held).
+
+    Loops tell views apart by identity: a new view has a new ``Items``; the view of a kind
+    that did not change is the same object. Equal to a tuple or ``Items`` of the same objects.
+    """
+
+    __slots__ = ("_chunks", "_firsts", "_len", "_starts")
+
+    def __init__(self, objects: Sequence[Object] = ()) -> None:
+        """``objects`` already sorted by (namespace, name)."""
+        self._set(tuple(tuple(objects[at : at + CHUNK]) for at in range(0, len(objects), CHUNK)))
+
+    def _set(self, chunks: tuple[tuple[Object, ...], ...]) -> None:
+        self._chunks = chunks
+        self._firsts = [_key_of(chunk[0]) for chunk in chunks]
+        starts = [0, *itertools.accumulate(map(len, chunks))]
+        self._len = starts.pop()
+        self._starts = starts
+
+    @classmethod
+    def _of(cls, chunks: tuple[tuple[Object, ...], ...]) -> Items:
+        items = cls.__new__(cls)
+        items._set(chunks)
+        return items
+
+    @property
+    def chunks(self) -> tuple[tuple[Object, ...], ...]:
+        """The chunks, in order: of a view's items (built or updated), each holds between
+        :data:`MIN_CHUNK` and :data:`MAX_CHUNK` objects, unless there is only one; a slice
+        may begin and end with smaller ones."""
+        return self._chunks
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[Object]:
+        return itertools.chain.from_iterable(self._chunks)
+
+    def __reversed__(self) -> Iterator[Object]:
+        return (obj for chunk in reversed(self._chunks) for obj in reversed(chunk))
+
+    @overload
+    def __getitem__(self, at: int) -> Object: ...
+    @overload
+    def __getitem__(self, at: slice) -> Items: ...
+    def __getitem__(self, at: int | slice) -> Object | Items:
+        if isinstance(at, slice):
+            begin, end, step = at.indices(self._len)
+            if step != 1:
+                return Items(tuple(self)[at])
+            return self._slice(begin, end)
+        if at < 0:
+            at += self._len
+        if not 0 <= at < self._len:
+            raise IndexError("Items index out of range")
+        i = bisect.bisect_right(self._starts, at) - 1
+        return self._chunks[i][at - self._starts[i]]
+
+    def _slice(self, begin: int, end: int) -> Items:
+        if begin >= end:
+            return EMPTY_ITEMS
+        starts, chunks = self._starts, self._chunks
+        first = bisect.bisect_right(starts, begin) - 1
+        last = bisect.bisect_right(starts, end - 1) - 1
+        if first == last:
+            return Items._of((chunks[first][begin - starts[first] : end - starts[first]],))
+        head = chunks[first][begin - starts[first] :]
+        tail = chunks[last][: end - starts[last]]
+        return Items._of((head, *chunks[first + 1 : last], tail))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Items | tuple):
+            return len(other) == self._len and tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Items({list(self)!r})"
+
+    def bisect(self, key: Key) -> int:
+        """Where ``key`` (namespace, name) is, or would be inserted (bisect_left)."""
+        if not self._chunks:
+            return 0
+        i = max(bisect.bisect_right(self._firsts, key) - 1, 0)
+        return self._starts[i] + bisect.bisect_left(self._chunks[i], key, key=_key_of)
+
+    def updated(self, changes: Mapping[Key, Object | None]) -> Items:
+        """These items with the objects under the keys of ``changes`` replaced, added or
+        (None) removed; costs the chunks touched and the number of chunks, not every object."""
+        if not changes:
+            return self
+        chunks = list(self._chunks)
+        firsts = self._firsts
+        touched: dict[int, list[Object]] = {}
+        for key in sorted(changes):
+            i = max(bisect.bisect_right(firsts, key) - 1, 0)
+            objs = touched.get(i)
+            if objs is None:
+                objs = touched[i] = list(chunks[i]) if chunks else []
+            at = bisect.bisect_left(objs, key, key=_key_of)
+            here = at < len(objs) and _key_of(objs[at]) == key
+            obj = changes[key]
+            if obj is None:
+                if here:
+                    del objs[at]
+            elif here:
+                objs[at] = obj
+            else:
+                objs.insert(at, obj)
+        if not chunks:
+            chunks.append(())
+        for i, objs in touched.items():
+            chunks[i] = tuple(objs)
+        # From the last: a chunk split or merged leaves the places of those before it alone.
+        for i in sorted(touched, reverse=True):
+            if i >= len(chunks):  # merged into the one before already
+                continue
+            size = len(chunks[i])
+            if size < MIN_CHUNK and len(chunks) > 1:
+                lo = i if i + 1 < len(chunks) else i - 1  # with the next one, or the one before
+                chunks[lo : lo + 2] = _split([*chunks[lo], *chunks[lo + 1]])
+            elif size > MAX_CHUNK or not size:
+                chunks[i : i + 1] = _split(list(chunks[i]))
+        return Items._of(tuple(chunks))
+
+
+def _split(objs: list[Object]) -> list[tuple[Object, ...]]:
+    """``objs`` as chunks of at most :data:`MAX_CHUNK` (none if empty), of even sizes."""
+    if not objs:
+        return []
+    parts = -(-len(objs) // MAX_CHUNK)
+    size = -(-len(objs) // parts)
+    return [tuple(objs[at : at + size]) for at in range(0, len(objs), size)]
+
+
+EMPTY_ITEMS = Items()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +210,8 @@ class _Ancestor:
     """An earlier view: its items, what was worked out from it, and, for every key that
     changed since, the object it held then (None: absent)."""
 
-    items: tuple[Object, ...]
-    derived: dict[Callable[[tuple[Object, ...]], object], object]
+    items: Items
+    derived: dict[Callable[[Sequence[Object]], object], object]
     before: Mapping[Key, Object | None]
 
 
@@ -108,10 +265,10 @@ class Lineage:
 class KindView:
     """The objects of one kind at one version: sorted items and a (namespace, name) index."""
 
-    items: tuple[Object, ...]
+    items: Items
     index: Mapping[tuple[str, str], Object]
     #: what loops worked out from ``items``, by the function that did (:meth:`Snapshot.derived`)
-    derived: dict[Callable[[tuple[Object, ...]], object], object] = field(
+    derived: dict[Callable[[Sequence[Object]], object], object] = field(
         default_factory=dict, compare=False
     )
     #: the earlier views whose changes this one knows (linked by the store; emptied when the
@@ -126,55 +283,22 @@ class KindView:
         order: Sequence[tuple[str, str]] | None = None,
     ) -> KindView:
         """The view of ``objects``; ``order``, when given, is their keys already sorted."""
-        index = dict(objects)
-        keys = sorted(index) if order is None else order
-        return cls(tuple(map(index.__getitem__, keys)), index)
+        keys = sorted(objects) if order is None else order
+        found = list(map(objects.__getitem__, keys))
+        index = _Parts(keys, found) if len(keys) > 2 * PART else dict(objects)
+        return cls(Items(found), index)
 
     @classmethod
     def updated(
-        cls,
-        before: KindView,
-        objects: Mapping[tuple[str, str], Object],
-        order: Sequence[tuple[str, str]],
-        changed: Iterable[tuple[str, str]],
+        cls, before: KindView, objects: Mapping[Key, Object], changed: Iterable[Key]
     ) -> KindView:
-        """The view of ``objects`` (their keys sorted: ``order``) where ``before`` is the
-        view of the kind before the objects under ``changed`` were replaced, added or
-        removed: their places are found by bisection, not every key looked up again (tuple
-        keys hash anew each time), and the index shares ``before``'s (:class:`_Layered`)."""
-        items = list(before.items)
-        old = before.index
-        top: dict[Key, Object | None] = {}
-        # In key order, everything before the key at hand is in its new place already.
-        for key in sorted(changed):
-            at = bisect.bisect_left(order, key)
-            obj = objects.get(key)
-            top[key] = obj
-            if obj is None:
-                if key in old:
-                    del items[at]
-            elif key in old:
-                items[at] = obj
-            else:
-                items.insert(at, obj)
-        return cls(tuple(items), _Layered.over(old, top))
-
-    @staticmethod
-    def sorted_keys(
-        before: Sequence[Key], objects: Mapping[Key, Object], changed: Iterable[Key]
-    ) -> list[Key]:
-        """The sorted keys of ``objects``, from ``before`` (sorted, not modified), the keys
-        before the objects under ``changed`` came or went: bisection, not a new sort."""
-        keys = list(before)
-        for key in changed:
-            at = bisect.bisect_left(keys, key)
-            here = at < len(keys) and keys[at] == key
-            if key in objects:
-                if not here:
-                    keys.insert(at, key)
-            elif here:
-                del keys[at]
-        return keys
+        """The view of ``objects`` where ``before`` is the view of the kind before the objects
+        under ``changed`` were replaced, added or removed: the items copy only the chunks
+        those touch (:meth:`Items.updated`) and the index shares ``before``'s
+        (:class:`_Layered`, :class:`_Parts`), so this costs what changed, not what is
+        stored."""
+        top: dict[Key, Object | None] = {key: objects.get(key) for key in changed}
+        return cls(before.items.updated(top), _Layered.over(before.index, top))
 
 
 class _Layered(Mapping[Key, Object]):
@@ -193,10 +317,15 @@ class _Layered(Mapping[Key, Object]):
         cls, base: Mapping[Key, Object], top: dict[Key, Object | None]
     ) -> Mapping[Key, Object]:
         """``base`` with ``top`` over it (None: the key removed)."""
+        if isinstance(base, _Parts):
+            return base.updated(top)
         depth = base._depth + 1 if isinstance(base, _Layered) else 1
         if depth <= MAX_LAYERS:
             return cls(base, top, depth)
-        return cls(base, top, 0)._flat()
+        flat = cls(base, top, 0)._flat()
+        # Large (it grew since it was built): split once, from then on updated part by part
+        # (a copy of it all per MAX_LAYERS views would cost, and free, every object).
+        return _Parts.of(flat) if len(flat) > 2 * PART else flat
 
     def get(self, key: Key, default: Any = None) -> Any:
         layer: Mapping[Key, Object] = self
@@ -239,7 +368,86 @@ class _Layered(Mapping[Key, Object]):
         return len(self._flat())
 
 
-EMPTY_VIEW = KindView((), {})
+class _Parts(Mapping[Key, Object]):
+    """A large index as dicts each holding one range of keys (in key order), so that an
+    update copies only the parts its keys fall in and shares the others."""
+
+    __slots__ = ("_firsts", "_len", "_parts")
+
+    def __init__(self, keys: Sequence[Key], objects: Sequence[Object]) -> None:
+        """The index of ``objects`` under ``keys`` (sorted; the same length)."""
+        spans = range(0, len(keys), PART)
+        self._parts = tuple(
+            dict(zip(keys[at : at + PART], objects[at : at + PART], strict=True)) for at in spans
+        )
+        self._firsts = [keys[at] for at in spans]
+        self._len = len(keys)
+
+    @classmethod
+    def of(cls, objects: Mapping[Key, Object]) -> Mapping[Key, Object]:
+        """An index of ``objects``: split in parts if large, else a dict."""
+        if len(objects) <= 2 * PART:
+            return dict(objects)
+        keys = sorted(objects)
+        return cls(keys, list(map(objects.__getitem__, keys)))
+
+    def updated(self, top: Mapping[Key, Object | None]) -> Mapping[Key, Object]:
+        """This index with ``top`` over it (None: the key removed). A part grown past
+        4 x :data:`PART` is halved, an emptied one dropped; the whole is made again once it
+        holds far fewer objects than its parts were made for."""
+        parts, firsts, size = list(self._parts), self._firsts, self._len
+        copied: dict[int, dict[Key, Object]] = {}
+        for key, obj in top.items():
+            at = bisect.bisect_right(firsts, key, 1) - 1 if len(firsts) > 1 else 0
+            part = copied.get(at)
+            if part is None:
+                part = parts[at] = copied[at] = dict(parts[at])
+            if obj is None:
+                size -= part.pop(key, None) is not None
+            else:
+                size += key not in part
+                part[key] = obj
+        firsts = list(firsts)
+        for at in sorted(copied, reverse=True):  # from the last: the places before stay put
+            part = parts[at]
+            if len(part) > 4 * PART:
+                keys = sorted(part)
+                half = len(keys) // 2
+                parts[at : at + 1] = [
+                    {key: part[key] for key in keys[:half]},
+                    {key: part[key] for key in keys[half:]},
+                ]
+                firsts[at : at + 1] = [firsts[at], keys[half]]
+            elif not part and len(parts) > 1:
+                del parts[at], firsts[at]
+        index = _Parts.__new__(_Parts)
+        index._parts, index._firsts, index._len = tuple(parts), firsts, size
+        if size * 4 < PART * len(parts):
+            return _Parts.of(index)
+        return index
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        firsts = self._firsts
+        at = bisect.bisect_right(firsts, key, 1) - 1 if len(firsts) > 1 else 0
+        return self._parts[at].get(key, default)
+
+    def __getitem__(self, key: Key) -> Object:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return cast("Object", found)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and self.get(cast("Key", key)) is not None
+
+    def __iter__(self) -> Iterator[Key]:
+        return itertools.chain.from_iterable(self._parts)
+
+    def __len__(self) -> int:
+        return self._len
+
+
+EMPTY_VIEW = KindView(EMPTY_ITEMS, {})
 
 
 class LazyView:
@@ -300,19 +508,23 @@ class Snapshot:
         *,
         namespace: str | None = None,
         selector: Selector | None = None,
-    ) -> tuple[Object, ...]:
-        """The objects of ``kind`` sorted by namespace then name, optionally filtered."""
+    ) -> Items:
+        """The objects of ``kind`` sorted by namespace then name, optionally filtered.
+
+        Unfiltered, the same object for every snapshot of the same version of the kind, a new
+        one after it changed (loops compare them by identity, see :meth:`changes`)."""
         items = self._views.get(kind.type, EMPTY_LAZY_VIEW).get().items
         if namespace and kind.namespaced:
-            items = tuple(o for o in items if o.metadata.namespace == namespace)
+            begin = items.bisect((namespace, ""))
+            items = items[begin : items.bisect((namespace + "\0", ""))]
         if selector is not None and not selector.empty:
-            items = tuple(o for o in items if selector.matches(o.metadata.labels))
+            items = Items([o for o in items if selector.matches(o.metadata.labels)])
         return items
 
     def derived(
         self,
         kind: Kind,
-        compute: Callable[[tuple[Object, ...]], T],
+        compute: Callable[[Sequence[Object]], T],
         update: Callable[[T, Sequence[Change]], T] | None = None,
     ) -> T:
         """``compute(objects of kind)``, worked out once per version of the kind and shared by
@@ -342,7 +554,7 @@ class Snapshot:
         memo[compute] = result
         return result
 
-    def changes(self, kind: Kind, since: tuple[Object, ...]) -> list[Change] | None:
+    def changes(self, kind: Kind, since: Sequence[Object]) -> list[Change] | None:
         """The objects of ``kind`` that changed from ``since`` (what :meth:`objects` gave
         for the kind, unfiltered, in an earlier snapshot) to this snapshot, ``(before,
         after)`` pairs (None: absent) in key order; None when that is no longer known (the

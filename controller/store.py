@@ -60,7 +60,7 @@ import random
 import time
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -263,8 +263,7 @@ def _merged(
         key=lambda entry: entry[0],
     )
     j = 0
-    for i in range(begin, len(items)):
-        obj = items[i]
+    for obj in items[begin:]:  # a view's items slice without copying them
         at = _key_of(obj)
         while j < len(earlier) and earlier[j][0] < at:
             yield earlier[j]
@@ -280,11 +279,20 @@ class _Pending:
     future: asyncio.Future[Any]
 
 
+def _few(changed: Set[tuple[str, str]], before: KindView) -> bool:
+    """Whether a view is updated from ``before`` (``changed`` since) rather than built anew."""
+    return len(changed) * 8 < len(before.items)
+
+
 def _detached_view(
     objects: dict[tuple[str, str], Object],
     order: list[tuple[str, str]] | None,
+    before: KindView | None,
+    changed: frozenset[tuple[str, str]] | None,
     _cell: LazyView,
 ) -> KindView:
+    if before is not None and changed is not None and _few(changed, before):
+        return KindView.updated(before, objects, changed)
     return KindView.build(objects, order)
 
 
@@ -320,13 +328,12 @@ class Store:
         self._views: dict[str, LazyView] = {}
         #: kind key -> the unbuilt view snapshots share while the kind stays as it is
         self._unread: dict[str, weakref.ref[LazyView]] = {}
-        #: kind key -> its keys sorted (kept while no object of the kind comes or goes)
+        #: kind key -> its keys sorted, for a view built anew (kept while no object of the kind
+        #: comes or goes)
         self._order: dict[str, list[tuple[str, str]]] = {}
         #: kind key -> its last view built and the keys changed since (see KindView.base)
         self._last_built: dict[str, KindView] = {}
         self._changed_since: dict[str, set[tuple[str, str]]] = {}
-        #: kind key -> the sorted keys its last view was built over
-        self._built_order: dict[str, list[tuple[str, str]]] = {}
         self._version = 0
         #: set (and dropped) by the next commit, for :meth:`changed`
         self._changed: asyncio.Event | None = None
@@ -472,20 +479,12 @@ class Store:
         objects = self._objects.get(key, {})
         before = self._last_built.get(key)
         changed = self._changed_since.get(key)
-        built = self._built_order.get(key)
-        order = self._order.get(key)
-        if (
-            before is not None
-            and changed is not None
-            and built is not None
-            and len(changed) * 8 < len(built)
-        ):
-            # Few changes since the last view: the keys' order and the view are updated from
-            # it (objects that came or went included) instead of sorted and built anew.
-            if order is None:
-                order = self._order[key] = KindView.sorted_keys(built, objects, changed)
-            view = KindView.updated(before, objects, order, changed)
+        if before is not None and changed is not None and _few(changed, before):
+            # Few changes since the last view: it is updated from that one (objects that came
+            # or went included) instead of sorted and built anew.
+            view = KindView.updated(before, objects, changed)
         else:
+            order = self._order.get(key)
             if order is None:
                 order = self._order[key] = sorted(objects)
             view = KindView.build(objects, order)
@@ -493,7 +492,6 @@ class Store:
             before.base.clear()  # no chain of views: only the last one is kept
             view.base.append((before, frozenset(self._changed_since[key])))
         self._last_built[key] = view
-        self._built_order[key] = order
         self._changed_since[key] = set()
         if self._unread.get(key) is not None and self._unread[key]() is cell:
             del self._unread[key]
@@ -983,8 +981,16 @@ class Store:
                 # state it was taken at aside for it (a shallow copy; the sorted keys are
                 # never changed in place), to build its view from if it reads the kind.
                 kept = dict(objects.get(kind, {}))
-                kept_order = order.get(kind)
-                lazy.detach(functools.partial(_detached_view, kept, kept_order))
+                since = self._changed_since.get(kind)
+                lazy.detach(
+                    functools.partial(
+                        _detached_view,
+                        kept,
+                        order.get(kind),
+                        self._last_built.get(kind),
+                        frozenset(since) if since is not None else None,
+                    )
+                )
         changed_since = self._changed_since
         for (kind, namespace, name), obj in staged.items():
             since = changed_since.get(kind)

@@ -684,7 +684,7 @@ class _PodGroups:
     nodes_by_scheduler: Mapping[str, frozenset[str]]
 
 
-def _group_pods(objects: tuple[Object, ...]) -> _PodGroups:
+def _group_pods(objects: Sequence[Object]) -> _PodGroups:
     """Group the live (not deleting, not finished) pods by node, by controller and by
     scheduler: one pass over every pod of the cluster, made once per version of the pods
     (:meth:`Snapshot.derived`) and kept as lean as it can be (attributes read once,

@@ -769,15 +769,15 @@ class JobController:
         self._reset()
 
     def _reset(self) -> None:
-        self._job_views: dict[str, tuple[Object, ...]] = {}
+        self._job_views: dict[str, Sequence[Object]] = {}
         #: job key -> the job object last seen.
         self._jobs: dict[JobKey, Object] = {}
         #: job uid -> job key.
         self._uid_key: dict[str, JobKey] = {}
-        self._unit_view: tuple[Object, ...] | None = None
+        self._unit_view: Sequence[Object] | None = None
         #: (namespace, name) -> the QueueUnit last seen.
         self._units: dict[tuple[str, str], QueueUnit] = {}
-        self._pod_view: tuple[Object, ...] | None = None
+        self._pod_view: Sequence[Object] | None = None
         #: pod uid -> (the pod last seen, its owner's uid).
         self._pods: dict[str, tuple[Pod, str]] = {}
         #: owner uid -> pod uid -> pod.

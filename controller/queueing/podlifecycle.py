@@ -212,7 +212,7 @@ class PodLifecycle:
         self._reset()
 
     def _reset(self) -> None:
-        self._view: tuple[Object, ...] | None = None
+        self._view: Sequence[Object] | None = None
         #: uid -> the pod last seen.
         self._seen: dict[str, Pod] = {}
         #: (end, uid, namespace, name) of running pods with a simulated runtime.
@@ -257,7 +257,7 @@ class PodLifecycle:
 
     def _scan(
         self,
-        view: tuple[Object, ...],
+        view: Sequence[Object],
         changes: Sequence[Change] | None,
         nodes: Mapping[str, Node],
         now: datetime,

@@ -239,7 +239,7 @@ class QuotaRevokeLoop:
         #: When the next check is due (None: no quota was over at the last one).
         self._next: datetime | None = None
         #: The object views the last figures came from, and those figures.
-        self._seen: tuple[tuple[Object, ...], ...] | None = None
+        self._seen: tuple[Sequence[Object], ...] | None = None
         self._views: dict[str, QuotaView] = {}
         self._nodes = NodeTotal()
         self._allocatable = ResourceList()

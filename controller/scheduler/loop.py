@@ -274,10 +274,10 @@ class SchedulerLoop:
         self._now = 0.0
         self._table = NodeTable()
         self._queue = SchedulingQueue(lambda: self._now)
-        self._node_view: tuple[Object, ...] | None = None
+        self._node_view: Sequence[Object] | None = None
         #: name -> the node last seen and its signature
         self._node_signatures: dict[str, tuple[Node, NodeSignature]] = {}
-        self._pod_view: tuple[Object, ...] | None = None
+        self._pod_view: Sequence[Object] | None = None
         #: uid -> the assigned pod object last accounted.
         self._assigned: dict[str, Pod] = {}
         #: namespace/name -> the pending pod object last queued.
@@ -290,7 +290,7 @@ class SchedulerLoop:
         self._waiting: dict[str, tuple[QueuedPod, Profile, Decision]] = {}
         self._recorder: EventRecorder | None = None
         #: The pods and reservations the last full pass read.
-        self._seen: tuple[tuple[Object, ...], tuple[Object, ...]] | None = None
+        self._seen: tuple[Sequence[Object], Sequence[Object]] | None = None
 
     def share_configuration(self, shared: ConfigInForce) -> None:
         """Follow ``shared`` (the configuration the reservation controller follows too);
@@ -377,7 +377,7 @@ class SchedulerLoop:
         self._seen = (pods, reservations)
         return self._wake()
 
-    def _idle(self, pods: tuple[Object, ...], reservations: tuple[Object, ...]) -> bool:
+    def _idle(self, pods: Sequence[Object], reservations: Sequence[Object]) -> bool:
         """Nothing to schedule and nothing that could make something to schedule: no pod
         queued or held in Permit, and the pods and reservations are those of the last pass.
 
@@ -402,7 +402,7 @@ class SchedulerLoop:
                 wake = until if wake is None else min(wake, until)
         return wake
 
-    def _sync_nodes(self, nodes: tuple[Object, ...]) -> bool:
+    def _sync_nodes(self, nodes: Sequence[Object]) -> bool:
         if nodes is self._node_view:
             return False
         self._node_view = nodes
@@ -429,7 +429,7 @@ class SchedulerLoop:
                 self._table.add_pod(pod)
         return True
 
-    def _sync_pods(self, pods: tuple[Object, ...], snapshot: Snapshot) -> bool:
+    def _sync_pods(self, pods: Sequence[Object], snapshot: Snapshot) -> bool:
         """Take the pods changed since the last pass (every pod when the snapshot no longer
         knows which); True when an assigned pod went away (room was freed)."""
         if pods is self._pod_view:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -208,7 +208,7 @@ class SchedulerMetrics:
         #: Parked pod key -> (profile, rejecting plugins).
         self._parked: dict[str, tuple[str, tuple[str, ...]]] = {}
         self._unschedulable_labels: set[tuple[str, str]] = set()
-        self._reservation_view: tuple[object, ...] | None = None
+        self._reservation_view: Sequence[object] | None = None
 
     # -- attempts ----------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ koord-manager's decoder drops them, and logged.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -204,8 +205,8 @@ class NodeSLOController:
         ctx: LoopContext,
         snapshot: Snapshot,
         config: SLOConfig,
-        nodes: tuple[object, ...],
-        slos: tuple[object, ...],
+        nodes: Sequence[object],
+        slos: Sequence[object],
     ) -> None:
         store = ctx.store
         kind = store.registry.for_type(NodeSLO)
@@ -245,7 +246,7 @@ class NodeSLOController:
             raise failed[0]
 
     def _forget_gone(
-        self, store: Store, kind: Kind, nodes: tuple[object, ...], slos: tuple[object, ...]
+        self, store: Store, kind: Kind, nodes: Sequence[object], slos: Sequence[object]
     ) -> None:
         """Delete the NodeSLOs of nodes that are gone; forget what was cached for them."""
         names = {n.metadata.name for n in nodes if isinstance(n, Node)}

@@ -232,7 +232,7 @@ def _controller_group(pod: Pod) -> tuple[str, ...]:
     return (uid,) if uid else ()
 
 
-def pods_by_owner(objects: tuple[Object, ...]) -> Mapping[str, tuple[Pod, ...]]:
+def pods_by_owner(objects: Sequence[Object]) -> Mapping[str, tuple[Pod, ...]]:
     """Controller uid -> the pods it controls (a snapshot-derived index; never mutate it)."""
     return group_pods(objects, _controller_group)
 
@@ -339,7 +339,7 @@ class WorkloadLoop:
 
     def __init__(self) -> None:
         self._store: Store | None = None
-        self._views: tuple[tuple[Object, ...], ...] | None = None
+        self._views: tuple[Sequence[Object], ...] | None = None
         self._wake: datetime | None = None
         self._recorder: EventRecorder | None = None
 

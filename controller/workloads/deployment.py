@@ -62,7 +62,7 @@ DEFAULT_HISTORY: Final = 10
 REASON_SCALING: Final = "ScalingReplicaSet"
 
 
-def replica_sets_by_owner(objects: tuple[Object, ...]) -> Mapping[str, tuple[ReplicaSet, ...]]:
+def replica_sets_by_owner(objects: Sequence[Object]) -> Mapping[str, tuple[ReplicaSet, ...]]:
     """Controller uid -> the ReplicaSets it controls (snapshot-derived; never mutate it)."""
     grouped: dict[str, list[ReplicaSet]] = {}
     for obj in objects:

@@ -38,7 +38,7 @@ def _owner_groups(pod: Pod) -> tuple[str, ...]:
     return ()
 
 
-def _pods_by_owners(objects: tuple[Object, ...]) -> Mapping[str, tuple[Pod, ...]]:
+def _pods_by_owners(objects: Sequence[Object]) -> Mapping[str, tuple[Pod, ...]]:
     return group_pods(objects, _owner_groups)
 
 
@@ -70,7 +70,7 @@ class GarbageCollector:
 
     def __init__(self) -> None:
         self._store: Store | None = None
-        self._views: tuple[tuple[Object, ...], ...] | None = None
+        self._views: tuple[Sequence[Object], ...] | None = None
 
     def reconcile(self, ctx: LoopContext) -> float | None:
         store = ctx.store

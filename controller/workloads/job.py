@@ -620,7 +620,7 @@ def _job_group(pod: Pod) -> tuple[str, ...]:
     return (ref.uid,)
 
 
-def _pods_by_job(objects: tuple[Object, ...]) -> Mapping[str, tuple[Pod, ...]]:
+def _pods_by_job(objects: Sequence[Object]) -> Mapping[str, tuple[Pod, ...]]:
     """batch/v1 Job uid -> the pods it controls (a snapshot-derived index)."""
     return group_pods(objects, _job_group)
 
@@ -631,7 +631,7 @@ def _regroup_by_job(
     return regroup_pods(earlier, changes, _job_group)
 
 
-def _queued(objects: tuple[Object, ...]) -> frozenset[str]:
+def _queued(objects: Sequence[Object]) -> frozenset[str]:
     """The uids of the objects a QueueUnit is controlled by."""
     return frozenset(
         r.uid
@@ -652,7 +652,7 @@ class BatchJobController(WorkloadLoop):
 
     def __init__(self) -> None:
         super().__init__()
-        self._strays_seen: tuple[tuple[Object, ...], tuple[Object, ...]] | None = None
+        self._strays_seen: tuple[Sequence[Object], Sequence[Object]] | None = None
         #: The uids of the Jobs seen (a deleted one's pods are deleted after it).
         self._job_uids: frozenset[str] = frozenset()
         #: Job uid -> its pod failure backoff (unfinished Jobs only).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+from collections.abc import MutableSequence, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from typing import TypeVar
 
@@ -461,7 +462,9 @@ def test_snapshot_is_immutable_and_reflects_its_version(store: Store) -> None:
     assert alpha.spec.size == 1
     assert snap.get(WIDGETS, "m") is not None
     assert snap.get(WIDGETS, "nope") is None
-    assert isinstance(snap.objects(WIDGETS), tuple)
+    items = snap.objects(WIDGETS)
+    assert isinstance(items, Sequence)
+    assert not isinstance(items, MutableSequence)
     later = store.snapshot()
     assert later.resource_version == 8
     assert [o.metadata.name for o in later.objects(WIDGETS)] == ["alpha", "zeta", "api"]

@@ -28,7 +28,7 @@ pod that binds outside its group.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from apis.core import Pod
@@ -65,7 +65,7 @@ class Coscheduling:
     def __init__(self, args: gangs.CoschedulingArgs) -> None:
         self.args = args
         self._book = gangs.GangBook()
-        self._views: tuple[tuple[Object, ...], tuple[Object, ...]] | None = None
+        self._views: tuple[Sequence[Object], Sequence[Object]] | None = None
         #: The loop's clock as of the last :meth:`resolve_waiting`.
         self._now = 0.0
         #: Waiting pods allowed by another member's Permit, not yet handed to the loop.
@@ -118,7 +118,7 @@ class Coscheduling:
         return _membership(self._book) != _membership(before)
 
     def _sync_members(
-        self, snapshot: Snapshot, pods: tuple[Object, ...], since: tuple[Object, ...] | None
+        self, snapshot: Snapshot, pods: Sequence[Object], since: Sequence[Object] | None
     ) -> None:
         """The gang members and the keys of the pending pods (not being deleted), from the
         pods changed since ``since`` (every pod when the snapshot no longer knows which)."""

@@ -411,8 +411,8 @@ class DeviceShare:
         self._states: dict[str, NodeDeviceState] = {}
         #: node -> allocations held but not yet charged in its state (see ``_charge``).
         self._deferred: dict[str, list[Allocation]] = {}
-        self._device_view: tuple[object, ...] | None = None
-        self._pod_view: tuple[Object, ...] | None = None
+        self._device_view: Sequence[object] | None = None
+        self._pod_view: Sequence[Object] | None = None
         self._names_view: tuple[str, ...] | None = None
         self._arrays = _Arrays(0, 0, self._names)
         #: A pod's requests -> PreFilter's answer, for pods whose requests say it all.
@@ -534,7 +534,7 @@ class DeviceShare:
         return changed
 
     def _sync_pods(
-        self, pods: tuple[Object, ...], changes: Sequence[Change] | None = None
+        self, pods: Sequence[Object], changes: Sequence[Change] | None = None
     ) -> set[str]:
         """The nodes whose held devices changed with the pods ``changes`` names (every pod
         in ``pods`` when None)."""

@@ -35,7 +35,7 @@ Its args are :class:`controller.quota.args.ElasticQuotaArgs`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from apis import constants as k
@@ -167,7 +167,7 @@ class ElasticQuota:
         self._used: dict[str, dict[str, int]] = {}
         #: quota -> its limit as a plain dict (quotas checked only; reset with the limits).
         self._limits: dict[str, dict[str, int]] = {}
-        self._views: tuple[tuple[Object, ...], ...] | None = None
+        self._views: tuple[Sequence[Object], ...] | None = None
         #: What of the quotas the check reads (not their status): a change releases pods.
         self._shape: tuple[_Shape, ...] = ()
         #: uid -> what Reserve charged, until the snapshot shows the pod assigned.
@@ -272,7 +272,7 @@ class ElasticQuota:
         return quotas_changed or grew
 
     def _sync_pods(
-        self, snapshot: Snapshot, pods: tuple[Object, ...], since: tuple[Object, ...] | None
+        self, snapshot: Snapshot, pods: Sequence[Object], since: Sequence[Object] | None
     ) -> None:
         """The ledger and requests from the pods changed since ``since`` (every pod when
         None or when the snapshot no longer knows what changed)."""

@@ -20,6 +20,7 @@ anything at all.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
@@ -78,11 +79,11 @@ class LoadAwareScheduling:
         self._names: tuple[str, ...] = ()
         #: Node name -> its record, for every node of the table.
         self._records: dict[str, NodeLoad] = {}
-        self._node_view: tuple[object, ...] | None = None
+        self._node_view: Sequence[object] | None = None
         self._nodes: dict[str, Node] = {}
-        self._metric_view: tuple[object, ...] | None = None
+        self._metric_view: Sequence[object] | None = None
         self._metrics: dict[str, NodeMetric] = {}
-        self._pod_view: tuple[Object, ...] | None = None
+        self._pod_view: Sequence[Object] | None = None
         #: uid -> the assigned pod last seen; node name -> ``namespace/name`` -> pod.
         self._pods: dict[str, Pod] = {}
         self._by_node: dict[str, dict[str, Pod]] = {}
@@ -114,7 +115,7 @@ class LoadAwareScheduling:
         self._filtering = self._can_reject()
         return metrics_changed and self._filtering
 
-    def _sync_nodes(self, nodes: tuple[object, ...], dirty: set[str]) -> None:
+    def _sync_nodes(self, nodes: Sequence[object], dirty: set[str]) -> None:
         if nodes is self._node_view:
             return
         self._node_view = nodes
@@ -132,7 +133,7 @@ class LoadAwareScheduling:
         dirty.update(name for name in self._nodes if name not in seen)
         self._nodes = seen
 
-    def _sync_metrics(self, metrics: tuple[object, ...], dirty: set[str]) -> bool:
+    def _sync_metrics(self, metrics: Sequence[object], dirty: set[str]) -> bool:
         if metrics is self._metric_view:
             return False
         self._metric_view = metrics
@@ -152,7 +153,7 @@ class LoadAwareScheduling:
         self._metrics = seen
         return changed
 
-    def _sync_pods(self, snapshot: Snapshot, pods: tuple[Object, ...], dirty: set[str]) -> None:
+    def _sync_pods(self, snapshot: Snapshot, pods: Sequence[Object], dirty: set[str]) -> None:
         """Take the pods changed since the last sync (every pod when the snapshot no longer
         knows which)."""
         if pods is self._pod_view:

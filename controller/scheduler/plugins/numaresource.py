@@ -29,6 +29,7 @@ per pod and value with a Warning Event (``fw.WarningPlugin``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -116,9 +117,9 @@ class NodeNUMAResource:
 
     def __init__(self, args: NodeNUMAResourcePluginArgs) -> None:
         self.args: NodeNUMAResourceArgs = args
-        self._node_view: tuple[object, ...] | None = None
+        self._node_view: Sequence[object] | None = None
         self._nodes: dict[str, Node] = {}
-        self._pod_view: tuple[Object, ...] | None = None
+        self._pod_view: Sequence[Object] | None = None
         #: uid -> bound, unfinished pod carrying a resource-status annotation.
         self._held: dict[str, Pod] = {}
         #: uid -> the refusal of its annotation already handed out; and those not yet.
@@ -145,7 +146,7 @@ class NodeNUMAResource:
         self._sync_pods(snapshot, snapshot.objects(kinds.for_type(Pod)), recheck)
         return changed
 
-    def _sync_nodes(self, nodes: tuple[object, ...]) -> bool:
+    def _sync_nodes(self, nodes: Sequence[object]) -> bool:
         if nodes is self._node_view:
             return False
         self._node_view = nodes
@@ -164,7 +165,7 @@ class NodeNUMAResource:
         self._forcing_names = None
         return changed
 
-    def _sync_pods(self, snapshot: Snapshot, pods: tuple[Object, ...], recheck: bool) -> None:
+    def _sync_pods(self, snapshot: Snapshot, pods: Sequence[Object], recheck: bool) -> None:
         """Take the pods changed since the last sync (every pod when the snapshot no longer
         knows which); ``recheck``: the nodes' CPUs changed, so every held cpuset is checked
         against them again."""

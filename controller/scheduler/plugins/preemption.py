@@ -19,6 +19,8 @@ preempted for. Pods bound during the current pass are not victims until the next
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from apis.core import Pod
 from apis.kinds import default_registry
 from apis.meta import Object
@@ -44,7 +46,7 @@ class DefaultPreemption:
 
     def __init__(self, args: fw.NoArgs) -> None:
         self.args = args
-        self._view: tuple[Object, ...] | None = None
+        self._view: Sequence[Object] | None = None
         #: (True, node name) -> its assigned, not finished pods; (False, node name) -> the
         #: pending pods nominated to it; by (namespace, name)
         self._placed: dict[tuple[bool, str], dict[tuple[str, str], Pod]] = {}
