@@ -25,9 +25,9 @@ from agent.report.bus import status_body
 from apis.codec import dump_yaml, to_builtins
 from apis.core import Pod
 from apis.scheduling import Device
-from koordpy import configfile, lifecycle, logs, mqtt
-from koordpy.bus import Bus, BusError, node_topic
-from koordpy.exposition import MetricsAddressError, serve_metrics
+from runtime import configfile, lifecycle, logs, mqtt
+from runtime.bus import Bus, BusError, node_topic
+from runtime.exposition import MetricsAddressError, serve_metrics
 
 __all__ = ["main"]
 

@@ -38,8 +38,8 @@ import msgspec
 
 from agent import errors
 from agent.qos.settings import DEFAULT_GATES, ColocationSettings
-from koordpy import configfile
-from koordpy.mqtt import MqttSettings
+from runtime import configfile
+from runtime.mqtt import MqttSettings
 
 __all__ = [
     "DEFAULT_PATH",

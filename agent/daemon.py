@@ -71,8 +71,8 @@ from apis.qos import QoSClass
 from apis.resources import ResourceList
 from apis.scheduling import Device
 from apis.slo import NodeMetric
-from koordpy import lifecycle
-from koordpy.bus import Bus
+from runtime import lifecycle
+from runtime.bus import Bus
 
 __all__ = ["DEVICE_INTERVAL", "NodeMetricReporter", "Reporter", "device_of", "run"]
 

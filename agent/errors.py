@@ -11,13 +11,13 @@
     └── Rejected                report: the kernel (or a range check) refused a value; carries
                                 the file, the value and the reason
 
-``ConfigError`` is also a :class:`koordpy.configfile.ConfigError` (and so a
-:class:`koordpy.lifecycle.Fatal`): ``supervise()`` never restarts a component that raised it.
+``ConfigError`` is also a :class:`runtime.configfile.ConfigError` (and so a
+:class:`runtime.lifecycle.Fatal`): ``supervise()`` never restarts a component that raised it.
 """
 
 from __future__ import annotations
 
-from koordpy import configfile
+from runtime import configfile
 
 __all__ = ["AgentError", "ConfigError", "NotFound", "Rejected", "TransientError", "Unsupported"]
 

@@ -36,7 +36,7 @@ from apis.codec import encode_json
 from apis.core import Event, EventSource, Pod
 from apis.eviction import EVICTED_REASON, EVICTIONS_LEAF, EvictionRequest, to_api
 from apis.meta import ObjectMeta, ObjectReference
-from koordpy.bus import node_topic
+from runtime.bus import node_topic
 
 __all__ = [
     "COMPONENT",

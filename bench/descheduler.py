@@ -18,7 +18,7 @@ cycle — reading the snapshot, building the cycle's view, both plugins, the evi
 and limits, and writing the proposals — best of ``--repeat`` cycles (default 3, one loop run
 once per ``deschedulingInterval`` of a clock, as the controller runs it, over a store whose
 heap is settled first as the controller's is once its store is loaded:
-:func:`koordpy.lifecycle.settle_heap`). A cycle keeps, for the next, what it worked out per
+:func:`runtime.lifecycle.settle_heap`). A cycle keeps, for the next, what it worked out per
 node (the pods grouped by node, each node's usage, CustomPriority's candidate order) while the
 node's pods and NodeMetric are the same objects. Printed beside the best cycle:
 
@@ -67,7 +67,7 @@ from apis.slo import NodeMetric, NodeMetricInfo, NodeMetricStatus, PodMetricInfo
 from controller.descheduler.loop import DeschedulerLoop
 from controller.loops import LoopContext
 from controller.store import Store
-from koordpy import lifecycle
+from runtime import lifecycle
 
 TARGET_SECONDS = 1.0
 #: The profile's deschedulingInterval (koord-descheduler's default).

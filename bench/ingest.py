@@ -80,7 +80,7 @@ from apis.slo import (
 )
 from bench.ports import free_port
 from controller.config import StoreSection
-from koordpy.bus import node_topic
+from runtime.bus import node_topic
 
 __all__ = ["main"]
 

@@ -61,7 +61,7 @@ from controller.api.client import Client
 from controller.api.server import ApiServer
 from controller.loops import LoopRunner, build_loops
 from controller.store import Store
-from koordpy import lifecycle
+from runtime import lifecycle
 
 __all__ = ["main"]
 

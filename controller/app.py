@@ -31,21 +31,21 @@ from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.metrics import DeschedulerMetrics
 from controller.errors import ConfigError
 from controller.events import EventTTL
-from controller.ingest import Ingest
-from controller.liveness import Liveness
+from controller.fleet.ingest import Ingest
+from controller.fleet.liveness import Liveness
+from controller.fleet.nodefeed import NodeFeed
+from controller.fleet.reports import WITHOUT_REPORT
 from controller.loops import LOOPS, LoopRunner, build_loops
-from controller.nodefeed import NodeFeed
 from controller.persistence import Lost, StorageFull
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.metrics import QueueingMetrics
-from controller.reports import WITHOUT_REPORT
 from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.metrics import SchedulerMetrics
 from controller.store import Store
-from koordpy import lifecycle
-from koordpy.bus import Bus
-from koordpy.exposition import MetricsEndpoint, serve_metrics
-from koordpy.mqtt import controller_bridge
+from runtime import lifecycle
+from runtime.bus import Bus
+from runtime.exposition import MetricsEndpoint, serve_metrics
+from runtime.mqtt import controller_bridge
 
 __all__ = ["FLEET_QUEUE", "STORE_FILE", "Controller", "open_controller"]
 

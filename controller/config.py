@@ -31,8 +31,8 @@ import msgspec
 from controller.api.token import read_token_file
 from controller.errors import ConfigError
 from controller.queueing.plugins import PluginRef, Plugins, QueueingConfig, build_plugins
-from koordpy import configfile
-from koordpy.mqtt import MqttSettings
+from runtime import configfile
+from runtime.mqtt import MqttSettings
 
 __all__ = [
     "DEFAULT_PATH",

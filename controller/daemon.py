@@ -11,8 +11,8 @@ from pathlib import Path
 from controller import app
 from controller.config import DEFAULT_STATE_DIR, ControllerConfig, load
 from controller.errors import ConfigError, ControllerError
-from koordpy import configfile, lifecycle, logs, mqtt
-from koordpy.exposition import MetricsAddressError
+from runtime import configfile, lifecycle, logs, mqtt
+from runtime.exposition import MetricsAddressError
 
 __all__ = ["main", "run"]
 
@@ -32,7 +32,7 @@ async def run(
     """Serve until ``stop`` is set; every resource is closed before returning.
 
     ``own_process``: the controller is this process's only job, so the garbage collector is
-    tuned for its heap once the store is loaded (:func:`koordpy.lifecycle.settle_heap`)."""
+    tuned for its heap once the store is loaded (:func:`runtime.lifecycle.settle_heap`)."""
     async with contextlib.AsyncExitStack() as stack:
         controller = await app.open_controller(
             stack,

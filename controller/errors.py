@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from apis.kinds import Kind
 from apis.validation import FieldError
-from koordpy import configfile
+from runtime import configfile
 
 __all__ = [
     "AlreadyExists",

@@ -1,7 +1,7 @@
 """The ``podgroups`` control loop: a PodGroup's ``status`` as Koordinator v1.8 writes it
 (controller-spec §5.3; the Coscheduling plugin's PodGroup controller and its PostBind).
 
-A PodGroup's members are the pods whose gang (:func:`controller.gangs.gang_ref`) is the
+A PodGroup's members are the pods whose gang (:func:`controller.scheduler.gangs.gang_ref`) is the
 PodGroup's ``<namespace>/<name>`` and that are not being deleted. :func:`pod_group_status` moves
 the status one rule at a time until no rule applies:
 
@@ -37,8 +37,8 @@ import msgspec
 from apis.core import Pod
 from apis.gang import PodGroup, PodGroupStatus
 from controller.errors import StoreError
-from controller.gangs import gang_ref
 from controller.mutations import whole_seconds
+from controller.scheduler.gangs import gang_ref
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext

@@ -30,7 +30,7 @@ op (or by ``apply_many``) and ``get``/``list`` called from inside it see that tr
 changes; everywhere else reads see committed state only.
 
 Agents' reports. With ``report_write_interval`` > 0, a committed change to an object of a kind
-in ``without_report`` (:data:`controller.reports.WITHOUT_REPORT`: Node, Device, NodeMetric)
+in ``without_report`` (:data:`controller.fleet.reports.WITHOUT_REPORT`: Node, Device, NodeMetric)
 that only brings its agent's newer report (the Node's heartbeat, the Device's reported-at, the
 NodeMetric's status) is visible, published and kept in memory at once, but written to the file
 at most that many seconds later, with the object as it is then (as Kubernetes keeps a node's
@@ -38,7 +38,8 @@ heartbeat apart from its status, and metrics out of its database). Any other cha
 object writes it at once, and closing the store writes every one left. A process killed before
 then comes back with those objects as of their last write: an older report, which the agent's
 next one (or the broker's retained copy) replaces; node liveness restarts its clock with the
-controller anyway (:mod:`controller.liveness`). The resourceVersion counter is written by every
+controller anyway (:mod:`controller.fleet.liveness`). The resourceVersion counter is written by
+every
 commit, so versions never go back.
 
 The store is used from one thread (the event loop's, or a plain script's). With ``path=None``

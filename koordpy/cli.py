@@ -21,10 +21,10 @@ COMMANDS: dict[str, str] = {
     "up": "koordpy.up:main",
     "agent": "agent.cli:main",
     "controller": "controller.daemon:main",
-    "apply": "controller.cli:apply",
-    "get": "controller.cli:get",
-    "describe": "controller.cli:describe",
-    "delete": "controller.cli:delete",
+    "apply": "controller.cli.commands:apply",
+    "get": "controller.cli.commands:get",
+    "describe": "controller.cli.commands:describe",
+    "delete": "controller.cli.commands:delete",
     "simulate": "controller.simulate:main",
 }
 

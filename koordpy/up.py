@@ -46,9 +46,9 @@ from controller.api.address import resolve as resolve_address
 from controller.config import ControllerConfig
 from controller.errors import ControllerError
 from controller.store import Store
-from koordpy import configfile, lifecycle, logs
-from koordpy.bus import Bus
-from koordpy.exposition import MetricsAddressError, MetricsEndpoint, serve_metrics
+from runtime import configfile, lifecycle, logs
+from runtime.bus import Bus
+from runtime.exposition import MetricsAddressError, MetricsEndpoint, serve_metrics
 
 __all__ = [
     "DEMO_ADDRESSES",

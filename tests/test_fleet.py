@@ -34,7 +34,7 @@ from apis.scheduling import Device
 from apis.slo import NodeMetric
 from controller.api.client import Client, Unreachable
 from controller.errors import NotFound
-from koordpy.bus import node_topic
+from runtime.bus import node_topic
 from tests.fakes.broker import Broker, free_port, running_broker
 from tests.koordpy.daemons import koordpy_command
 

@@ -82,7 +82,7 @@ from apis.core import Pod
 from apis.qos import KubeQoS
 from apis.resources import ResourceList
 from apis.slo import HostApplicationSpec, NodeMetric, NodeMetricSpec, NodeSLOSpec
-from koordpy import lifecycle
+from runtime import lifecycle
 
 __all__ = ["DETAIL_INTERVAL", "Collector", "SharePools", "build_collector", "build_sampler"]
 

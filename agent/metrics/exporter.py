@@ -49,7 +49,7 @@ Cost. Collection happens on the agent's tick; a scrape only formats the latest s
 pods and the last NodeMetric, and formats each of them once: the text of an input is kept
 until the input changes, and the whole body until one of them does, so scrapes between two
 ticks cost a lookup. The text is written directly (no ``prometheus_client`` samples), and is
-served through :func:`koordpy.exposition.attached`. Several agents in one process
+served through :func:`runtime.exposition.attached`. Several agents in one process
 (``koordpy up --demo``) share one registry and a family may appear only once in an
 exposition, so one :class:`UsageExporter` per registry serves every node (:func:`exported`).
 """
@@ -72,8 +72,8 @@ from apis.core import Pod
 from apis.quantity import is_milli_resource
 from apis.resources import ResourceList
 from apis.slo import NodeMetric, ResourceMap
-from koordpy import exposition
-from koordpy.exposition import escape_label_value as _esc
+from runtime import exposition
+from runtime.exposition import escape_label_value as _esc
 
 __all__ = ["FAMILIES", "NodeUsage", "UsageExporter", "exported", "resource_unit"]
 
@@ -562,7 +562,7 @@ def exported(
 ) -> Iterator[NodeUsage]:
     """Export ``node``'s usage on ``registry``'s endpoint while inside.
 
-    The registry's one :class:`UsageExporter` is attached (:func:`koordpy.exposition.attached`)
+    The registry's one :class:`UsageExporter` is attached (:func:`runtime.exposition.attached`)
     with its first node and detached when its last node leaves. The callables may also be
     set on the yielded :class:`NodeUsage` later. ``start_time`` defaults to now.
     """

@@ -4,7 +4,7 @@
 metric                                         type       meaning
 =============================================  =========  =====================================
 ``koordpy_component_restarts_total``           counter    restarts of a failed component, by
-                                                          ``component`` (:mod:`koordpy.lifecycle`)
+                                                          ``component`` (:mod:`runtime.lifecycle`)
 ``koordpy_agent_reports_total``                counter    state reports by ``node``, ``leaf``
                                                           (``node``, ``device``, ``nodemetric``,
                                                           ``events``) and ``result``: ``sent``,

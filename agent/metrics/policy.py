@@ -22,7 +22,7 @@ from agent.config import MemoryPolicy, MetricsSection
 from apis import codec
 from apis.errors import ApiError
 from apis.slo import NodeMetric, NodeMetricSpec
-from koordpy.bus import Bus, node_topic
+from runtime.bus import Bus, node_topic
 
 __all__ = ["LEAF", "NodeMetricSpecFollower", "followed"]
 

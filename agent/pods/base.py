@@ -26,7 +26,7 @@ from apis import codec
 from apis.codec import decode_as
 from apis.core import Pod
 from apis.errors import DecodeError
-from koordpy import lifecycle
+from runtime import lifecycle
 
 __all__ = [
     "Failures",

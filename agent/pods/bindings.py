@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from agent.pods.base import PodCache, PodListError, parse_pod_list
-from koordpy.bus import Bus, BusOverflow, node_topic
+from runtime.bus import Bus, BusOverflow, node_topic
 
 __all__ = ["BindingsPodSource"]
 

@@ -39,7 +39,7 @@ from apis.core import Node, Pod
 from apis.qos import KubeQoS
 from apis.resources import ResourceList
 from apis.slo import NodeSLOSpec
-from koordpy import lifecycle
+from runtime import lifecycle
 
 __all__ = ["GaugeCollector", "PassResult", "QoSLoop"]
 

@@ -36,7 +36,7 @@ from apis.core import Node, Pod
 from apis.errors import ApiError
 from apis.resources import ResourceList
 from apis.slo import NodeSLO, NodeSLOSpec
-from koordpy.bus import Bus, node_topic
+from runtime.bus import Bus, node_topic
 
 __all__ = [
     "NodeSLOFollower",

@@ -1,5 +1,5 @@
-"""The agent's transport over a :class:`koordpy.bus.Bus`: the controller's in ``koordpy up``,
-or the agent's local bus that :class:`koordpy.mqtt.MqttBridge` mirrors to the fleet's broker."""
+"""The agent's transport over a :class:`runtime.bus.Bus`: the controller's in ``koordpy up``,
+or the agent's local bus that :class:`runtime.mqtt.MqttBridge` mirrors to the fleet's broker."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from agent.report.transport import StateLeaf
 from apis.codec import encode_json
 from apis.core import Event
 from apis.meta import Object
-from koordpy.bus import AgentStatus, Bus, BusClient, Message, node_topic
+from runtime.bus import AgentStatus, Bus, BusClient, Message, node_topic
 
 __all__ = ["BusPublisher", "status_body"]
 
@@ -30,7 +30,7 @@ def status_body(state: str, since: datetime | None = None) -> bytes:
 
 
 class BusPublisher:
-    """Publishes one node's reports on a :class:`koordpy.bus.Bus`."""
+    """Publishes one node's reports on a :class:`runtime.bus.Bus`."""
 
     def __init__(self, bus: Bus, node: str, *, clock: Callable[[], datetime] = _utcnow) -> None:
         self.node = node

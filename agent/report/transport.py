@@ -3,9 +3,9 @@
 A transport publishes this node's state objects retained under ``koordpy/v1/nodes/{node}/``
 (``node``, ``device``, ``nodemetric``), its events unretained (``events``), and its
 ``status`` (``online`` while connected; the will says ``offline``). The bus publisher
-(:mod:`agent.report.bus`) implements it on a :class:`koordpy.bus.Bus`: the controller's own
+(:mod:`agent.report.bus`) implements it on a :class:`runtime.bus.Bus`: the controller's own
 bus inside ``koordpy up``, or, in a fleet (``[report] transport = "mqtt"``), a local bus that
-:class:`koordpy.mqtt.MqttBridge` mirrors to the broker (its will, left with the broker, says
+:class:`runtime.mqtt.MqttBridge` mirrors to the broker (its will, left with the broker, says
 ``offline`` when the agent dies).
 
 Transports are async context managers: entering connects and announces ``online``; leaving

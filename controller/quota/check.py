@@ -46,8 +46,8 @@ from apis.core import Pod, pod_requests
 from apis.meta import Object, ObjectMeta
 from apis.quota import ElasticQuota, ElasticQuotaSpec
 from apis.resources import ResourceList
-from controller import preemption
 from controller.quota.args import ElasticQuotaArgs
+from controller.scheduler import preemption
 
 __all__ = [
     "DEFAULT_ARGS",

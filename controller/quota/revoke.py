@@ -47,7 +47,6 @@ from apis.quota import ElasticQuota
 from apis.resources import ResourceList
 from controller.errors import StoreError
 from controller.events import WARNING, EventRecorder
-from controller.preemption import importance_key
 from controller.quota.args import ElasticQuotaArgs
 from controller.quota.check import (
     QuotaIndex,
@@ -61,6 +60,7 @@ from controller.quota.check import format_resources as _format
 from controller.quota.tree import QuotaTree
 from controller.scheduler.config import ConfigInForce
 from controller.scheduler.plugins.elasticquota import NodeTotal
+from controller.scheduler.preemption import importance_key
 from controller.scheduler.profile import KOORD_SCHEDULER
 
 if TYPE_CHECKING:  # controller.loops lists this loop: no import back at run time

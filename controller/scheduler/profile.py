@@ -49,11 +49,11 @@ import msgspec
 from apis import codec
 from apis.errors import DecodeError
 from apis.meta import Model
-from controller.gangs import CoschedulingArgs
 from controller.quota.args import ElasticQuotaArgs
 from controller.reservations.args import ReservationArgs
 from controller.scheduler import framework as fw
 from controller.scheduler.features import NO_GATES, FeatureGates
+from controller.scheduler.gangs import CoschedulingArgs
 from controller.scheduler.plugins.coscheduling import Coscheduling
 from controller.scheduler.plugins.deviceshare import DeviceShare, DeviceSharePluginArgs
 from controller.scheduler.plugins.elasticquota import ElasticQuota

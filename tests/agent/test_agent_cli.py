@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from koordpy import cli
-from koordpy.configfile import EXIT_CONFIG
+from runtime.configfile import EXIT_CONFIG
 from tests.fakes.host import FakeHost
 from tests.fakes.tls import make_ca
 

@@ -35,8 +35,9 @@ from apis.core import Node
 from apis.meta import REPORTED_AT_ANNOTATION, ObjectMeta
 from apis.scheduling import Device
 from apis.slo import NodeMetric
-from koordpy import cli, exposition, lifecycle
-from koordpy.bus import AgentStatus, Bus, node_topic
+from koordpy import cli
+from runtime import exposition, lifecycle
+from runtime.bus import AgentStatus, Bus, node_topic
 from tests.crdschema import schema_errors, validator
 from tests.fakes.host import FakeHost
 from tests.fakes.publisher import RecordingPublisher

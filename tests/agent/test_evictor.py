@@ -20,9 +20,9 @@ from agent.qos.framework import Eviction
 from apis.core import Container, Event, Pod, PodSpec
 from apis.meta import ObjectMeta
 from controller.errors import NotFound
-from controller.ingest import Ingest
+from controller.fleet.ingest import Ingest
 from controller.store import Store
-from koordpy.bus import Bus
+from runtime.bus import Bus
 from tests.fakes.publisher import RecordingPublisher
 from tests.fakes.tls import self_signed
 

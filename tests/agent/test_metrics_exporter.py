@@ -38,7 +38,7 @@ from apis.core import (
 from apis.meta import ObjectMeta
 from apis.resources import ResourceList
 from apis.slo import NodeMetric, NodeMetricInfo, NodeMetricStatus, NUMAMetricInfo, ResourceMap
-from koordpy import exposition
+from runtime import exposition
 from tests.fakes.host import FakeHost
 from tests.fakes.publisher import RecordingPublisher
 

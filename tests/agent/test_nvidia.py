@@ -551,7 +551,7 @@ async def test_the_watcher_waits_for_nvml_and_survives_failing_waits(
 
 
 def test_the_watcher_is_a_component(host: FakeHost) -> None:
-    from koordpy.lifecycle import Component
+    from runtime.lifecycle import Component
 
     probe = NvidiaProbe(host.paths, nvml=FakeNvml([]))
     assert probe.components() == (probe.watcher,)

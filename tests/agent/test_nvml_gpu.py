@@ -26,7 +26,7 @@ from agent.devices.nvml import MemoryInfo, PynvmlApi, XidEvent
 from agent.errors import Unsupported
 from apis.codec import decode_json, encode_json
 from apis.slo import NodeMetric
-from koordpy.bus import Bus, node_topic
+from runtime.bus import Bus, node_topic
 from tests.crdschema import schema_errors, validator
 
 pytestmark = pytest.mark.gpu

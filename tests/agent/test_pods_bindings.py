@@ -13,7 +13,7 @@ from agent.pods.bindings import BindingsPodSource
 from apis.codec import encode_json
 from apis.core import Pod, PodSpec
 from apis.meta import ObjectMeta
-from koordpy.bus import Bus, node_topic
+from runtime.bus import Bus, node_topic
 
 
 def _pod(name: str, node: str) -> Pod:

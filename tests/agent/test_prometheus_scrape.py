@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from agent.metrics import exporter, health
 from agent.metrics.snapshot import MetricsSnapshot
-from koordpy import exposition, lifecycle
+from runtime import exposition, lifecycle
 from tests.fakes.net import free_port
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]

@@ -2,7 +2,7 @@
 
 A ``scheduling.koordinator.sh/resource-status`` cpuset such as ``0-1000000000``
 must not be expanded into a billion-element set by the scheduler's parser
-(``controller.numaresource.status``) nor by the agent's (``agent.cgroups.cpuset``).
+(``controller.scheduler.numaresource.status``) nor by the agent's (``agent.cgroups.cpuset``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.cgroups.cpuset import MAX_CPUS, CpuSet, CpuSetError
-from controller.numaresource.status import CpuListError, parse_cpu_list
+from controller.scheduler.numaresource.status import CpuListError, parse_cpu_list
 
 Parser = Callable[[str], frozenset[int]]
 PARSERS: list[tuple[Parser, type[Exception]]] = [

@@ -26,29 +26,29 @@ from apis.meta import ObjectMeta
 from apis.quota import ElasticQuota, ElasticQuotaSpec
 from apis.resources import ResourceList
 from apis.scheduling import Reservation, ReservationSpec
-from controller import gangs
 from controller.descheduler.plugins.lownodeload.usage import capacity_of
-from controller.deviceshare import requests as device_requests
-from controller.deviceshare.annotation import AllocationFormatError, parse_allocation
-from controller.deviceshare.state import parse_partitions
-from controller.numaresource import policy
-from controller.numaresource.args import decode_args as numa_args
-from controller.numaresource.status import (
-    ResourceStatus,
-    ResourceStatusError,
-    parse_resource_status,
-)
-from controller.numaresource.topology import CPUTopologyError, parse_cpu_topology
 from controller.quota.check import QuotaIndex
 from controller.quota.status import read_resources
 from controller.quota.tree import shared_weight
 from controller.reservations import AnnotationError, affinity
 from controller.reservations.accounting import node_reserved
 from controller.reservations.reserve_pod import resize_allocatable
+from controller.scheduler import gangs
+from controller.scheduler.deviceshare import requests as device_requests
+from controller.scheduler.deviceshare.annotation import AllocationFormatError, parse_allocation
+from controller.scheduler.deviceshare.state import parse_partitions
 from controller.scheduler.loadaware.args import load_args, node_thresholds
 from controller.scheduler.loadaware.estimator import estimation_deadline, scaling_factors
 from controller.scheduler.loadaware.usage import node_capacity
-from controller.schedulinghint import parse_scheduling_hint
+from controller.scheduler.numaresource import policy
+from controller.scheduler.numaresource.args import decode_args as numa_args
+from controller.scheduler.numaresource.status import (
+    ResourceStatus,
+    ResourceStatusError,
+    parse_resource_status,
+)
+from controller.scheduler.numaresource.topology import CPUTopologyError, parse_cpu_topology
+from controller.scheduler.schedulinghint import parse_scheduling_hint
 from controller.slo.config import SLOConfigError, parse_key
 from tests.controller.scheduler import GI, make_pod
 

@@ -11,7 +11,7 @@ from apis.apps import DaemonSet, Deployment, InvalidWorkload, StatefulSet, scale
 from apis.codec import decode_documents, encode_json
 from apis.errors import DecodeError
 from apis.kinds import default_registry
-from controller import cli
+from controller.cli import commands as cli
 
 DEPLOYMENT = """
 apiVersion: apps/v1

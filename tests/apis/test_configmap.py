@@ -10,7 +10,7 @@ from apis.codec import decode_documents, encode_json
 from apis.core import ConfigMap
 from apis.errors import DecodeError
 from apis.kinds import default_registry
-from controller import printing
+from controller.cli import printing
 
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 

@@ -16,9 +16,9 @@ import yaml
 
 from apis.codec import decode_documents, decode_object
 from apis.kinds import default_registry
-from controller import cli as verbs
 from controller.api.client import Client
 from controller.api.server import ApiServer
+from controller.cli import commands as verbs
 from controller.store import Store
 from koordpy.cli import main
 

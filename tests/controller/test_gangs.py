@@ -14,7 +14,7 @@ from apis.core import Pod, PodSpec
 from apis.gang import PodGroup, PodGroupSpec
 from apis.meta import ObjectMeta
 from controller.errors import ConfigError
-from controller.gangs import (
+from controller.scheduler.gangs import (
     BIND_GANG_ANNOTATIONS,
     GANG_NOT_FOUND,
     Allow,

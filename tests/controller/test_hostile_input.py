@@ -16,9 +16,9 @@ from apis.meta import ObjectMeta
 from controller.api import objects_pb2 as pb
 from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.server import ApiServer
-from controller.ingest import Ingest, Result
+from controller.fleet.ingest import Ingest, Result
 from controller.store import MAX_OBJECT_BYTES, Store
-from koordpy.bus import Bus, Message, node_topic
+from runtime.bus import Bus, Message, node_topic
 from tests.controller.test_cli import Koordpy, ServerThread
 
 DEEP = 100_000

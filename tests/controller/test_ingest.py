@@ -21,9 +21,9 @@ from apis.kinds import Kind
 from apis.meta import REPORTED_AT_ANNOTATION, Object, ObjectMeta, ObjectReference
 from apis.scheduling import Device
 from apis.slo import NodeMetric, NodeMetricStatus
-from controller.ingest import AGENT_LABELS_ANNOTATION, Ingest, Result
+from controller.fleet.ingest import AGENT_LABELS_ANNOTATION, Ingest, Result
 from controller.store import Store
-from koordpy.bus import Bus, Message, node_topic
+from runtime.bus import Bus, Message, node_topic
 
 GIB = 1 << 30
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -13,9 +13,9 @@ from apis.core import Container, Event, Pod, PodSpec
 from apis.eviction import EvictionRequest
 from apis.meta import ObjectMeta
 from controller.errors import NotFound
-from controller.ingest import Ingest, Result
+from controller.fleet.ingest import Ingest, Result
 from controller.store import Store
-from koordpy.bus import Bus, Message, node_topic
+from runtime.bus import Bus, Message, node_topic
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -105,7 +105,7 @@ async def test_requests_for_other_pods_are_dropped(
 ) -> None:
     pod = make_pod(store, "web", node=node)
     ingest = Ingest(Bus(), store, clock=lambda: T0)
-    with caplog.at_level(logging.INFO, logger="controller.ingest"):
+    with caplog.at_level(logging.INFO, logger="controller.fleet.ingest"):
         assert await ingest.handle(request(pod, uid=uid)) == Result.IGNORED
     assert get_pod(store, "web") is not None
     assert events(store) == []
@@ -118,7 +118,7 @@ async def test_a_request_for_a_gone_pod_is_dropped(
     pod = make_pod(store, "web")
     ingest = Ingest(Bus(), store, clock=lambda: T0)
     assert await ingest.handle(request(pod)) == Result.APPLIED
-    with caplog.at_level(logging.INFO, logger="controller.ingest"):
+    with caplog.at_level(logging.INFO, logger="controller.fleet.ingest"):
         assert await ingest.handle(request(pod)) == Result.IGNORED
     assert "gone" in caplog.text
     assert len(events(store)) == 1

@@ -16,9 +16,9 @@ from apis.codec import encode_json, to_builtins
 from apis.core import Node
 from apis.meta import REPORTED_AT_ANNOTATION, Object, ObjectMeta
 from apis.scheduling import Device
-from controller.ingest import Ingest, Result
+from controller.fleet.ingest import Ingest, Result
 from controller.store import Store
-from koordpy.bus import Bus, Message, node_topic
+from runtime.bus import Bus, Message, node_topic
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 FACTS = HostFacts(

@@ -14,10 +14,10 @@ from agent.report.bus import status_body
 from apis.codec import encode_json
 from apis.core import Node, Taint
 from apis.meta import ObjectMeta
-from controller.ingest import Ingest, Result
-from controller.liveness import Liveness
+from controller.fleet.ingest import Ingest, Result
+from controller.fleet.liveness import Liveness
 from controller.store import Store
-from koordpy.bus import Bus, Message, node_topic
+from runtime.bus import Bus, Message, node_topic
 
 GIB = 1 << 30
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

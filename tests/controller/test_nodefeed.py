@@ -10,9 +10,9 @@ import msgspec
 from apis.core import Node, Pod, PodSpec
 from apis.meta import ObjectMeta
 from apis.slo import NodeSLO, NodeSLOSpec, ResourceThresholdStrategy
-from controller.nodefeed import NodeFeed
+from controller.fleet.nodefeed import NodeFeed
 from controller.store import Store
-from koordpy.bus import Bus, Subscription, node_topic
+from runtime.bus import Bus, Subscription, node_topic
 
 
 def _pod(name: str, node: str) -> Pod:

@@ -12,10 +12,10 @@ from agent.metrics.policy import NodeMetricSpecFollower
 from apis.codec import encode_json
 from apis.meta import ObjectMeta
 from apis.slo import NodeMetric, NodeMetricCollectPolicy, NodeMetricSpec, NodeMetricStatus
-from controller.ingest import Ingest, Result
-from controller.nodefeed import NodeFeed
+from controller.fleet.ingest import Ingest, Result
+from controller.fleet.nodefeed import NodeFeed
 from controller.store import Store
-from koordpy.bus import Bus, Message, node_topic
+from runtime.bus import Bus, Message, node_topic
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 WRITTEN = NodeMetricSpec(

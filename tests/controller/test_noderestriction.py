@@ -16,10 +16,10 @@ from agent.node import HostFacts, build_node
 from apis.codec import encode_json
 from apis.core import Node
 from apis.meta import ObjectMeta
-from controller.ingest import Ingest, Result
-from controller.noderestriction import agent_owns_label
+from controller.fleet.ingest import Ingest, Result
+from controller.fleet.noderestriction import agent_owns_label
 from controller.store import Store
-from koordpy.bus import Bus, Message, node_topic
+from runtime.bus import Bus, Message, node_topic
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 FACTS = HostFacts(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from apis.core import Pod, pod_requests
 from apis.resources import ResourceList
-from controller.preemption import (
+from controller.scheduler.preemption import (
     Candidate,
     NodeState,
     QuotaBudget,

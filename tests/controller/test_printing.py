@@ -10,7 +10,7 @@ import pytest
 from apis.codec import decode_object
 from apis.kinds import Kind, default_registry
 from apis.meta import Object
-from controller import printing
+from controller.cli import printing
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from apis.constants import ANNOTATION_SCHEDULING_HINT, ANNOTATION_SCHEDULING_HINT_DEPRECATED
 from controller.errors import ConfigError
-from controller.schedulinghint import (
+from controller.scheduler.schedulinghint import (
     DEFAULT_MAX_HINT_NODES,
     HintError,
     SchedulingHint,

@@ -23,9 +23,9 @@ from apis.meta import REPORTED_AT_ANNOTATION, Condition, ObjectMeta
 from apis.scheduling import Device
 from apis.slo import NodeMetric, NodeMetricCollectPolicy, NodeMetricSpec, NodeMetricStatus
 from controller.config import ControllerConfig
-from controller.reports import WITHOUT_REPORT, without_report
+from controller.fleet.reports import WITHOUT_REPORT, without_report
 from controller.store import Store
-from koordpy import configfile
+from runtime import configfile
 
 replace = msgspec.structs.replace
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

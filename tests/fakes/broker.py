@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from koordpy.mqtt import MqttSettings
+from runtime.mqtt import MqttSettings
 from tests.fakes.net import free_port
 from tests.fakes.tls import CertAuthority, make_ca
 

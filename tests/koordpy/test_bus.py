@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from koordpy.bus import (
+from runtime.bus import (
     Bus,
     BusError,
     BusOverflow,

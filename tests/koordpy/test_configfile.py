@@ -9,7 +9,8 @@ import pytest
 
 from agent import config as agent_config
 from agent import errors as agent_errors
-from koordpy import cli, configfile, lifecycle
+from koordpy import cli
+from runtime import configfile, lifecycle
 
 
 def write(tmp_path: Path, text: str) -> Path:

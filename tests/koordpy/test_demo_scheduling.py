@@ -16,8 +16,8 @@ from apis import constants as k
 from apis.core import Node, NodeStatus, Pod
 from apis.meta import ObjectMeta
 from apis.resources import ResourceList
-from controller.deviceshare import parse_allocation
 from controller.loops import LoopContext
+from controller.scheduler.deviceshare import parse_allocation
 from controller.scheduler.loop import SchedulerLoop
 from controller.store import Store
 from koordpy.up import DEMO_NODES, examples_dir, load_examples
@@ -59,7 +59,7 @@ def test_the_metax_sgpu_pod_gets_a_share_of_one_metax_card() -> None:
 
 def test_the_simulated_nodes_are_two_socket_servers_the_scheduler_can_bind_cpus_on() -> None:
     from agent.node import cpu_topology_annotation
-    from controller.numaresource.topology import parse_cpu_topology
+    from controller.scheduler.numaresource.topology import parse_cpu_topology
     from koordpy.up import demo_cpu_topology
 
     cpus = tuple(sorted(demo_cpu_topology(), key=lambda cpu: cpu.cpu))

@@ -21,7 +21,7 @@ from prometheus_client import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from koordpy.exposition import (
+from runtime.exposition import (
     CONTENT_TYPE,
     MetricsAddressError,
     attached,

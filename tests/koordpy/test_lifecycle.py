@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from koordpy import lifecycle
-from koordpy.configfile import ConfigError
+from runtime import lifecycle
+from runtime.configfile import ConfigError
 
 METRIC = "koordpy_component_restarts_total"
 
@@ -188,7 +188,7 @@ def test_ticker_rejects_a_non_positive_interval() -> None:
 async def test_supervise_restarts_and_counts(caplog: pytest.LogCaptureFixture) -> None:
     registry = CollectorRegistry()
     component = Flaky("flaky", failures=3, finish=True)
-    caplog.set_level(logging.INFO, logger="koordpy.lifecycle")
+    caplog.set_level(logging.INFO, logger="runtime.lifecycle")
     await lifecycle.supervise(
         component,
         quick(cap=3600.0),
@@ -207,7 +207,7 @@ async def test_supervise_says_still_failing_once_per_window(
 ) -> None:
     registry = CollectorRegistry()
     component = Flaky("flaky", failures=3, finish=True)
-    caplog.set_level(logging.INFO, logger="koordpy.lifecycle")
+    caplog.set_level(logging.INFO, logger="runtime.lifecycle")
     # A window (the cap) shorter than the time between failures: every later failure is reported.
     await lifecycle.supervise(
         component,
@@ -224,10 +224,10 @@ async def test_supervise_logs_recovery_and_resets_backoff(
     registry = CollectorRegistry()
     component = Flaky("shaky", failures=2)
     backoff = quick(stable=0.05)
-    caplog.set_level(logging.INFO, logger="koordpy.lifecycle")
+    caplog.set_level(logging.INFO, logger="runtime.lifecycle")
     recovered = asyncio.Event()
     watcher = SetOnMessage("recovered", recovered)
-    logging.getLogger("koordpy.lifecycle").addHandler(watcher)
+    logging.getLogger("runtime.lifecycle").addHandler(watcher)
     task = asyncio.create_task(
         lifecycle.supervise(
             component, backoff, restarts_metric=lifecycle.restarts_counter(registry)
@@ -237,7 +237,7 @@ async def test_supervise_logs_recovery_and_resets_backoff(
         async with asyncio.timeout(10):
             await recovered.wait()
     finally:
-        logging.getLogger("koordpy.lifecycle").removeHandler(watcher)
+        logging.getLogger("runtime.lifecycle").removeHandler(watcher)
     assert "shaky recovered after 2 failures" in caplog.text
     assert backoff.attempts == 0
     task.cancel()
@@ -362,8 +362,7 @@ async def test_run_components_wants_unique_names() -> None:
 DAEMON = textwrap.dedent(
     """
     import asyncio, logging, sys
-    from koordpy import lifecycle
-
+    from runtime import lifecycle
     class Spin:
         name = "spin"
         async def run(self):

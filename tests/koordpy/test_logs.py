@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from koordpy import logs
+from runtime import logs
 
 
 class Terminal(io.StringIO):

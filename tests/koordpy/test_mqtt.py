@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry
 
 from agent.config import AgentConfig
 from agent.report.bus import BusPublisher, status_body
-from koordpy import configfile
-from koordpy.bus import AGENT_LEAVES, Bus, Message, node_topic
-from koordpy.mqtt import (
+from runtime import configfile
+from runtime.bus import AGENT_LEAVES, Bus, Message, node_topic
+from runtime.mqtt import (
     MqttBridge,
     MqttFileError,
     MqttSettings,
@@ -610,8 +610,8 @@ class _Chunks:
 
 
 def test_the_lean_socket_delivers_publishes_acks_them_at_once_and_hands_the_rest_to_paho() -> None:
-    from koordpy import mqttwire
-    from koordpy.mqtt import _LeanSocket
+    from runtime import mqttwire
+    from runtime.mqtt import _LeanSocket
 
     qos1 = [
         mqttwire.encode_publish(
@@ -646,7 +646,7 @@ def test_the_lean_socket_delivers_publishes_acks_them_at_once_and_hands_the_rest
 
 
 def test_the_lean_socket_passes_on_the_end_of_the_connection() -> None:
-    from koordpy.mqtt import _LeanSocket
+    from runtime.mqtt import _LeanSocket
 
     sock = _LeanSocket(_Chunks(b""), lambda _: None, lambda _: None)
     assert sock.recv(1) == b""

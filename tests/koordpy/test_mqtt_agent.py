@@ -15,8 +15,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from koordpy.bus import Bus, node_topic
-from koordpy.mqtt import MqttSettings, controller_bridge
+from runtime.bus import Bus, node_topic
+from runtime.mqtt import MqttSettings, controller_bridge
 from tests.fakes.broker import Broker, running_broker
 from tests.fakes.host import FakeHost
 from tests.koordpy.daemons import koordpy_command

@@ -22,8 +22,8 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from prometheus_client import CollectorRegistry
 
-from koordpy.bus import Bus, node_topic
-from koordpy.mqtt import controller_bridge
+from runtime.bus import Bus, node_topic
+from runtime.mqtt import controller_bridge
 from tests.fakes.broker import Broker, running_broker
 from tests.koordpy.test_mqtt import connected, sample, until
 

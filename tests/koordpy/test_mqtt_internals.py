@@ -9,13 +9,13 @@ import aiomqtt
 import paho.mqtt.client as paho
 import pytest
 
-from koordpy.mqtt import PRIVATE_MEMBERS, WRITTEN_AGAINST
+from runtime.mqtt import PRIVATE_MEMBERS, WRITTEN_AGAINST
 
 
 @pytest.mark.parametrize("package", sorted(WRITTEN_AGAINST))
 def test_the_installed_version_is_the_one_the_bridge_is_written_against(package: str) -> None:
     assert version(package) == WRITTEN_AGAINST[package], (
-        f"{package} {version(package)} is installed; koordpy.mqtt is written against"
+        f"{package} {version(package)} is installed; runtime.mqtt is written against"
         f" {WRITTEN_AGAINST[package]}: check each of PRIVATE_MEMBERS in the new version"
         " before changing the pin"
     )

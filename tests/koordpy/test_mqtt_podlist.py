@@ -3,7 +3,7 @@
 Through the shipped broker (``max_packet_size`` 2 MiB) and the bridges' ``max_payload``
 (1 MiB): the controller's bridge sends the body in parts, the agent's bridge puts it back
 together, and the agent's real pods source (:class:`agent.pods.bindings.BindingsPodSource`)
-reads it from its bus as from ``koordpy up``. The pure side (:mod:`koordpy.mqttparts`) is in
+reads it from its bus as from ``koordpy up``. The pure side (:mod:`runtime.mqttparts`) is in
 ``test_mqttparts.py``.
 """
 
@@ -21,10 +21,10 @@ from prometheus_client import CollectorRegistry
 from agent.pods.bindings import BindingsPodSource
 from apis.core import Container, Pod, PodSpec
 from apis.meta import ObjectMeta
-from controller.nodefeed import pod_list
-from koordpy import mqttparts
-from koordpy.bus import Bus, node_topic
-from koordpy.mqtt import DEFAULT_MAX_PAYLOAD, agent_bridge, controller_bridge
+from controller.fleet.nodefeed import pod_list
+from runtime import mqttparts
+from runtime.bus import Bus, node_topic
+from runtime.mqtt import DEFAULT_MAX_PAYLOAD, agent_bridge, controller_bridge
 from tests.fakes.broker import Broker, running_broker
 from tests.koordpy.test_mqtt import (
     OFFLINE,

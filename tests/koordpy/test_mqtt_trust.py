@@ -19,8 +19,8 @@ import aiomqtt
 import pytest
 from prometheus_client import CollectorRegistry
 
-from koordpy.bus import Bus, node_topic
-from koordpy.mqtt import agent_bridge, controller_bridge
+from runtime.bus import Bus, node_topic
+from runtime.mqtt import agent_bridge, controller_bridge
 from tests.fakes.broker import Broker, running_broker
 from tests.koordpy.test_mqtt import OFFLINE, connected, sample, until
 

@@ -1,4 +1,4 @@
-"""Bodies in parts (koordpy.mqttparts): whole, one version, bounded; no broker needed."""
+"""Bodies in parts (runtime.mqttparts): whole, one version, bounded; no broker needed."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import zlib
 
 import pytest
 
-from koordpy import mqttparts
-from koordpy.bus import node_topic
-from koordpy.mqttparts import Assembler, PartsError, parse_part_topic, part_topic, split
+from runtime import mqttparts
+from runtime.bus import node_topic
+from runtime.mqttparts import Assembler, PartsError, parse_part_topic, part_topic, split
 
 PODS = node_topic("node-a", "pods")
 

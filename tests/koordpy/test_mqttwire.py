@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from koordpy.mqttwire import (
+from runtime.mqttwire import (
     PacketError,
     Publish,
     Splitter,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from agent.config import AgentConfig
 from controller.config import ControllerConfig
-from koordpy import configfile
+from runtime import configfile
 
 
 def _toml_blocks(repo_root: Path) -> list[str]:

@@ -26,8 +26,8 @@ from apis.core import Event, Pod
 from apis.errors import DecodeError
 from apis.kinds import default_registry
 from apis.scheduling import PodMigrationJob, Reservation
-from controller import printing
 from controller import simulate as sim
+from controller.cli import printing
 from controller.reservations.affinity import AllocatedReservation, parse_allocated
 from tests.crdschema import schema_errors, validator
 from tests.manuals.replay import Cluster, Outcome, dump, node

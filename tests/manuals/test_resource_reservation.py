@@ -42,7 +42,7 @@ from apis import codec
 from apis import constants as k
 from apis.errors import DecodeError
 from apis.scheduling import Reservation
-from controller import printing
+from controller.cli import printing
 from tests.crdschema import schema_errors, validator
 from tests.koordpy.daemons import cli, running_up
 from tests.manuals.replay import Cluster, Outcome, node, replay, scheduler_config

@@ -1,6 +1,7 @@
 """``Coscheduling``: gangs are placed all or nothing (controller-spec §5.3).
 
-An adapter over :mod:`controller.gangs`; the plugin keeps the :class:`~controller.gangs.GangBook`
+An adapter over :mod:`controller.scheduler.gangs`; the plugin keeps the
+:class:`~controller.scheduler.gangs.GangBook`
 between passes:
 
 - **sync**: the book is rebuilt from the snapshot's PodGroups and pods (members created, bound)
@@ -18,7 +19,8 @@ between passes:
   every waiting pod of a ``Strict`` group; ``NonStrict`` keeps them waiting.
 - **PreBind**: the bind-gang annotations (group id, members allowed together).
 
-Its args are :class:`controller.gangs.CoschedulingArgs` (``CoschedulingArgs`` on the wire).
+Its args are :class:`controller.scheduler.gangs.CoschedulingArgs` (``CoschedulingArgs`` on the
+wire).
 
 Not done here: the PodGroup status controller, Score/PreScore (the network-topology helpers),
 gang-aware preemption (``enablePreemption``), and removing stale bind-gang annotations from a
@@ -35,8 +37,8 @@ from apis.core import Pod
 from apis.gang import PodGroup
 from apis.kinds import default_registry
 from apis.meta import Object
-from controller import gangs
 from controller.scheduler import framework as fw
+from controller.scheduler import gangs
 from controller.scheduler.explain import fit_error_message
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo

@@ -1,15 +1,17 @@
 """DeviceShare: GPUs (and NPUs), RDMA NICs and FPGAs, whole or shared, on the framework.
 
-The pure core (:mod:`controller.deviceshare`) decides; this adapter keeps the per-node device
+The pure core (:mod:`controller.scheduler.deviceshare`) decides; this adapter keeps the per-node
+device
 state and calls the core where it must:
 
-- **sync** builds each node's :class:`~controller.deviceshare.NodeDeviceState` from its
+- **sync** builds each node's :class:`~controller.scheduler.deviceshare.NodeDeviceState` from its
   ``Device`` object and the ``device-allocated`` annotations of the pods assigned to it, and
   updates only the nodes whose Device or pods changed. A changed Device answers True (parked
   pods may now fit). A Device that goes away leaves its devices unhealthy, allocations kept.
   The GPUs' free and total amounts are also laid out as ``[node, device]`` arrays aligned to
   the table's rows.
-- **PreFilter** prepares the request (:func:`~controller.deviceshare.prepare`): Skip for a pod
+- **PreFilter** prepares the request (:func:`~controller.scheduler.deviceshare.prepare`): Skip for
+  a pod
   asking no device, the core's reason (UnschedulableAndUnresolvable) for an invalid one.
 - **Filter**: for a GPU request, rows without a GPU are rejected at once (``Insufficient gpu
   devices``, unresolvable, as the core says). For a *plain* GPU request (GPUs only; no
@@ -17,14 +19,14 @@ state and calls the core where it must:
   template) on a *plain* node (no ``Honor`` partition policy, no MetaX sGPU slots, a model
   that shares), whether enough cards can give the per-card share is decided for every row at
   once over the arrays; that is exactly the core's verdict there. The other rows go through
-  :func:`~controller.deviceshare.allocate` one by one.
+  :func:`~controller.scheduler.deviceshare.allocate` one by one.
 - **Score** is the core's node score (types' scores added), over the arrays for a plain GPU
   request, else per row; normalized so the best node has 100.
 - **Reserve** allocates on the chosen node and charges the node state; **Unreserve** gives
   it back. A plain share, or one whole card, on a plain node is placed over the row's arrays
   exactly as the core places it (best device score, then lowest minor; a whole card by its
   PCIe switch's use when the cards report their topology); everything else is the core's
-  :func:`~controller.deviceshare.allocate`.
+  :func:`~controller.scheduler.deviceshare.allocate`.
 - **PreBind** writes ``scheduling.koordinator.sh/device-allocated``, and with
   ``devicePluginAdaption`` (Koordinator's ``DevicePluginAdaption`` gate, off by default) the
   vendor device-plugin annotations and labels. Their times (``bind-timestamp``,
@@ -65,7 +67,8 @@ from apis.kinds import default_registry
 from apis.meta import Object, without_reported_at
 from apis.resources import ResourceList
 from apis.scheduling import Device
-from controller.deviceshare import (
+from controller.scheduler import framework as fw
+from controller.scheduler.deviceshare import (
     AllocatedDevice,
     Allocation,
     DeviceRequest,
@@ -80,22 +83,21 @@ from controller.deviceshare import (
     release,
     score_node,
 )
-from controller.deviceshare.annotation import AdaptError
-from controller.deviceshare.args import (
+from controller.scheduler.deviceshare.annotation import AdaptError
+from controller.scheduler.deviceshare.args import (
     MOST_ALLOCATED,
     ArgsError,
     DeviceShareArgs,
 )
-from controller.deviceshare.requests import ERROR, UNSCHEDULABLE
-from controller.deviceshare.state import mark_unhealthy, pod_allocation
-from controller.deviceshare.templates import (
+from controller.scheduler.deviceshare.requests import ERROR, UNSCHEDULABLE
+from controller.scheduler.deviceshare.state import mark_unhealthy, pod_allocation
+from controller.scheduler.deviceshare.templates import (
     NO_TEMPLATES,
     SharedTemplates,
     TemplateError,
     needs_template,
     parse_templates,
 )
-from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable, is_assigned
 from controller.scheduler.podinfo import PodInfo, pod_key
 

@@ -1,17 +1,19 @@
 """``NodeNUMAResource``: bound CPUs for LSE/LSR pods (controller-spec §5.2, basics).
 
-The rules live in :mod:`controller.numaresource`; this module applies them at the framework's
+The rules live in :mod:`controller.scheduler.numaresource`; this module applies them at the
+framework's
 extension points:
 
-- PreFilter: :func:`~controller.numaresource.policy.prepare` once per pod (a pod that requests
+- PreFilter: :func:`~controller.scheduler.numaresource.policy.prepare` once per pod (a pod that
+  requests
   nothing is skipped; a bad request is refused with its message). A pod that binds no CPUs
   itself, sets no NUMA topology policy and meets no node whose ``cpu-bind-policy`` label
   forces binding is skipped too: the Filter has nothing to check for it.
 - Filter: only for the remaining pods and only on candidate rows that may bind
-  (:func:`~controller.numaresource.policy.plan`, then
-  :func:`~controller.numaresource.allocator.allocate` from the CPUs the node's pods do not
+  (:func:`~controller.scheduler.numaresource.policy.plan`, then
+  :func:`~controller.scheduler.numaresource.allocator.allocate` from the CPUs the node's pods do not
   hold); a node without enough free CPUs is Unschedulable
-  (:data:`~controller.numaresource.allocator.NOT_ENOUGH_CPUS`). The CPUs found per row are
+  (:data:`~controller.scheduler.numaresource.allocator.NOT_ENOUGH_CPUS`). The CPUs found per row are
   kept in the cycle state.
 - Reserve: the chosen row's CPUs are held for the rest of the pass (until the pod's binding
   shows in the store), so two pods of one pass never get the same CPU.
@@ -40,10 +42,15 @@ from apis.bounded import CpuListError, check_cpus
 from apis.core import Node, Pod
 from apis.kinds import default_registry
 from apis.meta import Object
-from controller.numaresource.allocator import NOT_ENOUGH_CPUS, allocate, numa_node_resources
-from controller.numaresource.allocator import numa_allocate_strategy as allocate_strategy
-from controller.numaresource.args import MOST_ALLOCATED, NodeNUMAResourceArgs
-from controller.numaresource.policy import (
+from controller.scheduler import framework as fw
+from controller.scheduler.numaresource.allocator import (
+    NOT_ENOUGH_CPUS,
+    allocate,
+    numa_node_resources,
+)
+from controller.scheduler.numaresource.allocator import numa_allocate_strategy as allocate_strategy
+from controller.scheduler.numaresource.args import MOST_ALLOCATED, NodeNUMAResourceArgs
+from controller.scheduler.numaresource.policy import (
     CPURequest,
     NodeCPUBindPolicy,
     NodePlan,
@@ -53,15 +60,14 @@ from controller.numaresource.policy import (
     plan,
     prepare,
 )
-from controller.numaresource.status import (
+from controller.scheduler.numaresource.status import (
     FINISHED_PHASES,
     ResourceStatus,
     ResourceStatusError,
     encode_resource_status,
     read_pod_resource_status,
 )
-from controller.numaresource.topology import CPUTopology, node_topology
-from controller.scheduler import framework as fw
+from controller.scheduler.numaresource.topology import CPUTopology, node_topology
 from controller.scheduler.podinfo import pod_key
 
 if TYPE_CHECKING:
@@ -87,7 +93,7 @@ _SINGLE_NODE = frozenset({NUMATopologyPolicy.SINGLE_NUMA_NODE, NUMATopologyPolic
 
 
 class NodeNUMAResourcePluginArgs(fw.PluginArgs, NodeNUMAResourceArgs):
-    """The plugin's args: :class:`~controller.numaresource.args.NodeNUMAResourceArgs`
+    """The plugin's args: :class:`~controller.scheduler.numaresource.args.NodeNUMAResourceArgs`
     (``defaultCPUBindPolicy: FullPCPUs``, LeastAllocated cpu 1 / memory 1 scoring)."""
 
 

@@ -1,6 +1,6 @@
 """``DefaultPreemption``: a pod no node fits may evict pods of lower priority (PostFilter).
 
-An adapter over :func:`controller.preemption.preempt`. Each pass the plugin groups the
+An adapter over :func:`controller.scheduler.preemption.preempt`. Each pass the plugin groups the
 snapshot's pods by node: the assigned ones (potential victims) and the pending ones nominated
 there (``status.nominatedNodeName``; those of the preemptor's priority or higher count as
 placed). At PostFilter the nodes the filters rejected as UnschedulableAndUnresolvable are left
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from apis.core import Pod
 from apis.kinds import default_registry
 from apis.meta import Object
-from controller import preemption
 from controller.scheduler import framework as fw
+from controller.scheduler import preemption
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
 from controller.snapshots import Snapshot

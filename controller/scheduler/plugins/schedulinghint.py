@@ -1,6 +1,7 @@
 """SchedulingHint: the nodes a pod's scheduling-hint annotation names (controller-spec §2).
 
-- PreFilter reads the hint (:func:`controller.schedulinghint.parse_scheduling_hint`): a value
+- PreFilter reads the hint (:func:`controller.scheduler.schedulinghint.parse_scheduling_hint`): a
+  value
   that does not decode fails the attempt with status Error carrying the decoder's text (the
   loop records it in a ``FailedScheduling`` Event and backs the pod off); ``nodeNames``
   narrows the cycle to exactly those nodes; a pod without a hint is skipped.
@@ -20,7 +21,7 @@ from controller.errors import ConfigError
 from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
-from controller.schedulinghint import (
+from controller.scheduler.schedulinghint import (
     DEFAULT_MAX_HINT_NODES,
     PLUGIN_NAME,
     HintError,

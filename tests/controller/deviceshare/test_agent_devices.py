@@ -11,12 +11,12 @@ from agent.devices.base import build_device
 from apis import constants as k
 from apis.core import Node
 from apis.meta import ObjectMeta
-from controller.deviceshare.allocator import allocate
-from controller.deviceshare.annotation import Allocation, adapter_annotations
-from controller.deviceshare.args import MOST_ALLOCATED, DeviceShareArgs, ScoringStrategy
-from controller.deviceshare.requests import DeviceRequest, prepare
-from controller.deviceshare.state import NodeDeviceState, apply, node_state
-from controller.deviceshare.templates import parse_templates
+from controller.scheduler.deviceshare.allocator import allocate
+from controller.scheduler.deviceshare.annotation import Allocation, adapter_annotations
+from controller.scheduler.deviceshare.args import MOST_ALLOCATED, DeviceShareArgs, ScoringStrategy
+from controller.scheduler.deviceshare.requests import DeviceRequest, prepare
+from controller.scheduler.deviceshare.state import NodeDeviceState, apply, node_state
+from controller.scheduler.deviceshare.templates import parse_templates
 from tests.controller.deviceshare.builders import pod
 
 BINPACK = DeviceShareArgs(scoring_strategy=ScoringStrategy(type=MOST_ALLOCATED))

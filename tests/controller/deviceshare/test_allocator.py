@@ -13,35 +13,39 @@ from apis.core import Pod
 from apis.meta import ObjectMeta
 from apis.resources import ResourceList
 from apis.scheduling import Device, DeviceInfo, VirtualFunction, VirtualFunctionGroup
-from controller.deviceshare.allocator import (
+from controller.scheduler.deviceshare.allocator import (
     ALIGNED,
     RESTRICTED,
     ReservedDevices,
     allocate,
     numa_hints,
 )
-from controller.deviceshare.annotation import AllocatedDevice, Allocation
-from controller.deviceshare.args import (
+from controller.scheduler.deviceshare.annotation import AllocatedDevice, Allocation
+from controller.scheduler.deviceshare.args import (
     DEFAULT_ARGS,
     MOST_ALLOCATED,
     DeviceShareArgs,
     ScoringStrategy,
     UnsupportedModel,
 )
-from controller.deviceshare.requests import (
+from controller.scheduler.deviceshare.requests import (
     UNSCHEDULABLE,
     UNSCHEDULABLE_AND_UNRESOLVABLE,
     DeviceRequest,
     Rejection,
     prepare,
 )
-from controller.deviceshare.state import (
+from controller.scheduler.deviceshare.state import (
     ANNOTATION_SGPU_QOS_POLICIES,
     NodeDeviceState,
     apply,
     node_state,
 )
-from controller.deviceshare.templates import NO_TEMPLATES, SharedTemplates, parse_templates
+from controller.scheduler.deviceshare.templates import (
+    NO_TEMPLATES,
+    SharedTemplates,
+    parse_templates,
+)
 from tests.controller.deviceshare.builders import GIB, device, gpu, h100_node, npu, pod, rdma
 
 BINPACK = DeviceShareArgs(scoring_strategy=ScoringStrategy(type=MOST_ALLOCATED))

@@ -9,7 +9,7 @@ import pytest
 
 from apis import constants as k
 from apis.resources import ResourceList
-from controller.deviceshare.annotation import (
+from controller.scheduler.deviceshare.annotation import (
     EMPTY_ALLOCATION,
     AdapterOutput,
     AdaptError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.deviceshare.args import (
+from controller.scheduler.deviceshare.args import (
     DEFAULT_ARGS,
     ArgsError,
     decode_args,

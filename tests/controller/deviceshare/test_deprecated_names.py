@@ -20,9 +20,9 @@ from apis.devicenames import DEPRECATED_DEVICE_NAMES, translated
 from apis.meta import ObjectMeta
 from apis.resources import ResourceList
 from controller import simulate as sim
-from controller.deviceshare.annotation import parse_allocation
-from controller.deviceshare.requests import DeviceRequest, prepare
-from controller.deviceshare.state import node_state
+from controller.scheduler.deviceshare.annotation import parse_allocation
+from controller.scheduler.deviceshare.requests import DeviceRequest, prepare
+from controller.scheduler.deviceshare.state import node_state
 from tests.controller.deviceshare.builders import GIB, device, gpu
 
 OLD_GPU = k.RESOURCE_GPU_DEPRECATED

@@ -7,16 +7,16 @@ from hypothesis import strategies as st
 
 from apis import constants as k
 from apis.scheduling import Device, DeviceInfo
-from controller.deviceshare.allocator import allocate
-from controller.deviceshare.annotation import Allocation, encode_allocation
-from controller.deviceshare.args import (
+from controller.scheduler.deviceshare.allocator import allocate
+from controller.scheduler.deviceshare.annotation import Allocation, encode_allocation
+from controller.scheduler.deviceshare.args import (
     LEAST_ALLOCATED,
     MOST_ALLOCATED,
     DeviceShareArgs,
     ScoringStrategy,
 )
-from controller.deviceshare.requests import DeviceRequest, prepare
-from controller.deviceshare.state import apply, node_state
+from controller.scheduler.deviceshare.requests import DeviceRequest, prepare
+from controller.scheduler.deviceshare.state import apply, node_state
 from tests.controller.deviceshare.builders import GIB, device, gpu, pod, rdma
 
 _REQUESTS = st.one_of(

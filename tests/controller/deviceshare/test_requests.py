@@ -7,14 +7,14 @@ import json
 import pytest
 
 from apis import constants as k
-from controller.deviceshare.args import DeviceShareArgs, GPUSharedResourceTemplatesConfig
-from controller.deviceshare.requests import (
+from controller.scheduler.deviceshare.args import DeviceShareArgs, GPUSharedResourceTemplatesConfig
+from controller.scheduler.deviceshare.requests import (
     UNSCHEDULABLE_AND_UNRESOLVABLE,
     DeviceRequest,
     Rejection,
     prepare,
 )
-from controller.deviceshare.templates import parse_templates
+from controller.scheduler.deviceshare.templates import parse_templates
 from tests.controller.deviceshare.builders import GIB, pod
 
 GPU = "koordinator.sh/gpu"

@@ -6,18 +6,18 @@ import pytest
 
 from apis import constants as k
 from apis.resources import ResourceList
-from controller.deviceshare.allocator import allocate
-from controller.deviceshare.annotation import Allocation
-from controller.deviceshare.args import MOST_ALLOCATED, DeviceShareArgs, ScoringStrategy
-from controller.deviceshare.requests import DeviceRequest, prepare
-from controller.deviceshare.scoring import (
+from controller.scheduler.deviceshare.allocator import allocate
+from controller.scheduler.deviceshare.annotation import Allocation
+from controller.scheduler.deviceshare.args import MOST_ALLOCATED, DeviceShareArgs, ScoringStrategy
+from controller.scheduler.deviceshare.requests import DeviceRequest, prepare
+from controller.scheduler.deviceshare.scoring import (
     device_score,
     normalize,
     resource_score,
     score_node,
     weighted_score,
 )
-from controller.deviceshare.state import NodeDeviceState, apply, node_state
+from controller.scheduler.deviceshare.state import NodeDeviceState, apply, node_state
 from tests.controller.deviceshare.builders import GIB, device, gpu, h100_node, pod
 
 MOST = DeviceShareArgs(scoring_strategy=ScoringStrategy(type=MOST_ALLOCATED))

@@ -12,8 +12,8 @@ from apis.core import Pod, PodStatus
 from apis.meta import ObjectMeta
 from apis.resources import ResourceList
 from apis.scheduling import Device, DeviceInfo
-from controller.deviceshare.annotation import AllocatedDevice, Allocation
-from controller.deviceshare.state import (
+from controller.scheduler.deviceshare.annotation import AllocatedDevice, Allocation
+from controller.scheduler.deviceshare.state import (
     GPUPartition,
     apply,
     mark_unhealthy,

@@ -10,7 +10,7 @@ from apis import constants as k
 from apis.codec import decode_documents
 from apis.core import ConfigMap
 from apis.resources import ResourceList
-from controller.deviceshare.templates import TemplateError, parse_templates
+from controller.scheduler.deviceshare.templates import TemplateError, parse_templates
 from tests.controller.deviceshare.builders import GIB
 
 DATA = {

@@ -8,7 +8,7 @@ from apis import constants as k
 from apis.core import Container, Node, Pod, PodSpec, PodStatus, ResourceRequirements
 from apis.meta import ObjectMeta
 from apis.resources import ResourceList
-from controller.numaresource.status import ResourceStatus, encode_resource_status
+from controller.scheduler.numaresource.status import ResourceStatus, encode_resource_status
 
 
 def topology_text(

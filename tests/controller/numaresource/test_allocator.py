@@ -10,7 +10,7 @@ import pytest
 
 from apis import constants as k
 from apis.resources import ResourceList
-from controller.numaresource.allocator import (
+from controller.scheduler.numaresource.allocator import (
     allocate,
     exclusive_cpus,
     free_cpus,
@@ -18,9 +18,13 @@ from controller.numaresource.allocator import (
     numa_node_resources,
     take_cpus,
 )
-from controller.numaresource.args import NodeNUMAResourceArgs, ScoringStrategy
-from controller.numaresource.status import NUMANodeResource
-from controller.numaresource.topology import CPUTopology, node_topology, parse_cpu_topology
+from controller.scheduler.numaresource.args import NodeNUMAResourceArgs, ScoringStrategy
+from controller.scheduler.numaresource.status import NUMANodeResource
+from controller.scheduler.numaresource.topology import (
+    CPUTopology,
+    node_topology,
+    parse_cpu_topology,
+)
 from tests.controller.numaresource.builders import bound, node, topology_text
 
 TOPO = node_topology(node())

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from controller.numaresource.args import (
+from controller.scheduler.numaresource.args import (
     NodeNUMAResourceArgs,
     NodeNUMAResourceArgsError,
     ResourceWeight,

@@ -9,8 +9,8 @@ import pytest
 
 from apis import constants as k
 from apis.core import Pod
-from controller.numaresource.args import NodeNUMAResourceArgs
-from controller.numaresource.policy import (
+from controller.scheduler.numaresource.args import NodeNUMAResourceArgs
+from controller.scheduler.numaresource.policy import (
     CPU_BIND_POLICY_CONFLICT,
     INVALID_CPU_TOPOLOGY,
     INVALID_REQUESTED_CPUS,
@@ -23,7 +23,7 @@ from controller.numaresource.policy import (
     plan,
     prepare,
 )
-from controller.numaresource.topology import node_topology
+from controller.scheduler.numaresource.topology import node_topology
 from tests.controller.numaresource.builders import TWO_SOCKETS, node, pod, topology_text
 
 ARGS = NodeNUMAResourceArgs()

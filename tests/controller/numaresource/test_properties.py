@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apis.core import Pod
-from controller.numaresource.allocator import allocate, free_cpus
-from controller.numaresource.status import bound_cpus
-from controller.numaresource.topology import parse_cpu_topology
+from controller.scheduler.numaresource.allocator import allocate, free_cpus
+from controller.scheduler.numaresource.status import bound_cpus
+from controller.scheduler.numaresource.topology import parse_cpu_topology
 from tests.controller.numaresource.builders import bound, topology_text
 
 _SHAPES = st.tuples(

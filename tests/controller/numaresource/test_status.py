@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from agent.qos import nodeinfo
 from apis import constants as k
 from apis.resources import ResourceList
-from controller.numaresource.status import (
+from controller.scheduler.numaresource.status import (
     CpuListError,
     NUMANodeResource,
     ResourceStatus,

@@ -6,7 +6,7 @@ import pytest
 
 from agent.node import cpu_topology_annotation
 from agent.qos.framework import CpuInfo
-from controller.numaresource import topology
+from controller.scheduler.numaresource import topology
 from tests.controller.numaresource.builders import TWO_SOCKETS, node, topology_text
 
 

@@ -14,7 +14,7 @@ import pytest
 from apis.codec import decode_object, encode_json
 from apis.core import Node, Pod
 from apis.kinds import default_registry
-from controller import printing
+from controller.cli import printing
 from controller.loops import LoopContext
 from controller.queueing.podlifecycle import PodLifecycle, node_ip
 from controller.store import Store

@@ -13,10 +13,10 @@ import pytest
 from apis.codec import decode_object
 from apis.core import Pod
 from apis.meta import Object
-from controller import gangs
 from controller.loops import LoopRunner, build_loops
 from controller.queueing import loop as queueing_loop
 from controller.quota import check
+from controller.scheduler import gangs
 from controller.store import Store
 
 STORED = 2_000

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from apis.core import Pod
-from controller.preemption import NodeState, preempt
 from controller.quota.args import ElasticQuotaArgs
 from controller.quota.check import QuotaIndex, QuotaLedger, preemption_policy
+from controller.scheduler.preemption import NodeState, preempt
 from tests.controller.quota.builders import pod, quota, res
 
 QUOTAS = (quota("q", max=res(cpu=4000)), quota("q2", max=res(cpu=4000)))

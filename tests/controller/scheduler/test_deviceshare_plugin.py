@@ -20,7 +20,10 @@ from apis.core import ConfigMap, Container, Node, Pod, PodSpec, ResourceRequirem
 from apis.meta import Object, ObjectMeta
 from apis.resources import ResourceList
 from apis.scheduling import Device, DeviceInfo
-from controller.deviceshare import (
+from controller.loops import LoopContext
+from controller.scheduler import framework as fw
+from controller.scheduler.cycle import schedule_one
+from controller.scheduler.deviceshare import (
     Allocation,
     DeviceRequest,
     allocate,
@@ -28,10 +31,7 @@ from controller.deviceshare import (
     prepare,
     score_node,
 )
-from controller.deviceshare.state import ANNOTATION_SGPU_QOS_POLICIES
-from controller.loops import LoopContext
-from controller.scheduler import framework as fw
-from controller.scheduler.cycle import schedule_one
+from controller.scheduler.deviceshare.state import ANNOTATION_SGPU_QOS_POLICIES
 from controller.scheduler.explain import DIAGNOSIS_ANNOTATION
 from controller.scheduler.loop import POD_SCHEDULED, SchedulerLoop
 from controller.scheduler.nodetable import NodeTable

@@ -16,9 +16,9 @@ from apis import constants as k
 from apis.core import Event, Node, Pod
 from apis.meta import ObjectMeta
 from controller.loops import LoopContext
-from controller.numaresource.status import parse_resource_status
 from controller.scheduler.framework import INVALID_ANNOTATION
 from controller.scheduler.loop import SchedulerLoop
+from controller.scheduler.numaresource.status import parse_resource_status
 from controller.store import Store
 from tests.controller.scheduler import GI, Clock, make_node, make_pod
 from tests.controller.scheduler.loadaware.builders import metric

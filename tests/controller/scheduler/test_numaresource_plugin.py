@@ -12,8 +12,8 @@ from apis import constants as k
 from apis.core import Node, Pod
 from apis.meta import ObjectMeta
 from controller.loops import LoopContext
-from controller.numaresource.status import parse_resource_status
 from controller.scheduler.loop import POD_SCHEDULED, SchedulerLoop
+from controller.scheduler.numaresource.status import parse_resource_status
 from controller.scheduler.profile import (
     DEFAULT_CONFIG,
     DEFAULT_SCHEDULER,

@@ -26,7 +26,7 @@ from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
 from controller.scheduler.profile import DEFAULT_CONFIG, PLUGINS, PluginSpec, build_profile
 from controller.scheduler.scheduling_queue import Where
-from controller.schedulinghint import HintError, parse_scheduling_hint
+from controller.scheduler.schedulinghint import HintError, parse_scheduling_hint
 from controller.simulate import scenario_objects, simulate
 from controller.store import Store
 from tests.controller.scheduler import GI, Clock, make_node, make_pod

@@ -28,7 +28,7 @@ from controller.scheduler.profile import (
     build_profile,
     default_profile,
 )
-from controller.schedulinghint import HintError, parse_scheduling_hint
+from controller.scheduler.schedulinghint import HintError, parse_scheduling_hint
 from controller.store import Store
 from tests.controller.scheduler import GI, make_node, make_pod
 

@@ -14,7 +14,7 @@ from apis.apps import DaemonSet, Deployment, ReplicaSet, StatefulSet
 from apis.codec import to_builtins
 from apis.core import Pod
 from apis.kinds import default_registry
-from controller import printing
+from controller.cli import printing
 from controller.queueing.loop import STATUS_INTERVAL
 from tests.controller.workloads.cluster import Cluster
 from tests.manuals.replay import node, replay

@@ -24,7 +24,7 @@ from apis.labels import Selector
 from apis.quantity import QuantityError, to_canonical
 from apis.resources import ResourceList
 from apis.scheduling import Device, DeviceInfo, VirtualFunction, VirtualFunctionGroup
-from controller.deviceshare.annotation import (
+from controller.scheduler.deviceshare.annotation import (
     MAX_DEVICES,
     AllocatedDevice,
     Allocation,

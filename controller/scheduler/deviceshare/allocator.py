@@ -31,22 +31,22 @@ from apis import constants as k
 from apis.labels import Selector
 from apis.resources import ResourceList
 from apis.scheduling import VirtualFunction
-from controller.deviceshare.annotation import (
+from controller.scheduler.deviceshare.annotation import (
     EMPTY_ALLOCATION,
     AllocatedDevice,
     AllocatedVF,
     Allocation,
 )
-from controller.deviceshare.args import DEFAULT_ARGS, DeviceShareArgs
-from controller.deviceshare.requests import (
+from controller.scheduler.deviceshare.args import DEFAULT_ARGS, DeviceShareArgs
+from controller.scheduler.deviceshare.requests import (
     ERROR,
     SCOPES,
     DeviceRequest,
     Rejection,
     TypeRequest,
 )
-from controller.deviceshare.scoring import device_score
-from controller.deviceshare.state import (
+from controller.scheduler.deviceshare.scoring import device_score
+from controller.scheduler.deviceshare.state import (
     DeviceSlot,
     NodeDeviceState,
     PartitionTable,
@@ -54,7 +54,7 @@ from controller.deviceshare.state import (
     demand,
     release,
 )
-from controller.deviceshare.templates import NO_TEMPLATES, SharedTemplates, needs_template
+from controller.scheduler.deviceshare.templates import NO_TEMPLATES, SharedTemplates, needs_template
 
 __all__ = [
     "ALIGNED",

@@ -4,7 +4,7 @@ Subscribes to ``koordpy/v1/nodes/+/+`` and, per topic leaf:
 
 * ``node`` -> the Node, applied with the agent's status and labels; labels and annotations
   others set, the spec (taints, unschedulable) and finalizers are kept. A report may change
-  only what the agent owns (:mod:`controller.noderestriction`, after Kubernetes'
+  only what the agent owns (:mod:`controller.fleet.noderestriction`, after Kubernetes'
   NodeRestriction): a change to anything else is held back (the stored value kept, the
   rest of the report taken), said once per node.
   Labels of its own the agent stops reporting are removed (the keys it last set are
@@ -22,7 +22,7 @@ Subscribes to ``koordpy/v1/nodes/+/+`` and, per topic leaf:
   ``deletionTimestamp``) and a Warning Event ``Evicted`` is recorded on it, naming the agent's
   feature and node. A request for a pod that is gone, has another uid, or runs on another node
   is dropped with a log line;
-* ``status`` ``offline`` -> the node is lost (:mod:`controller.liveness`): ``Ready=False``
+* ``status`` ``offline`` -> the node is lost (:mod:`controller.fleet.liveness`): ``Ready=False``
   (``NodeStatusUnknown``, "agent went offline") and the ``node.kubernetes.io/unreachable``
   taint. A later ``online`` for a node lost that way restores the agent's last Node (the
   retained one on the bus, or the next to arrive, even with the same heartbeat).
@@ -97,7 +97,7 @@ from apis.slo import NodeMetric, NodeMetricSpec
 from controller.descheduler.evictor import TokenBucket
 from controller.errors import AlreadyExists, NotFound, StoreError
 from controller.events import WARNING, EventRecorder
-from controller.liveness import (
+from controller.fleet.liveness import (
     AGENT_LABELS_ANNOTATION,
     OFFLINE_MESSAGE,
     Liveness,
@@ -106,9 +106,9 @@ from controller.liveness import (
     lost_because,
     mark_unreachable,
 )
-from controller.noderestriction import agent_owns_label, restricted
+from controller.fleet.noderestriction import agent_owns_label, restricted
 from controller.store import Outcome, Store
-from koordpy.bus import (
+from runtime.bus import (
     CONTROLLER_LEAVES,
     AgentStatus,
     Bus,
@@ -119,7 +119,7 @@ from koordpy.bus import (
     node_topic,
     parse_node_topic,
 )
-from koordpy.mqtt import DEFAULT_MAX_PAYLOAD
+from runtime.mqtt import DEFAULT_MAX_PAYLOAD
 
 __all__ = [
     "AGENT_LABELS_ANNOTATION",
@@ -182,7 +182,7 @@ class Result(enum.StrEnum):
     IGNORED = "ignored"
     #: replaced, unread, by a newer report on its topic (the ingest was behind)
     SUPERSEDED = "superseded"
-    #: a write the node may not make (:mod:`controller.noderestriction`, an Event about an
+    #: a write the node may not make (:mod:`controller.fleet.noderestriction`, an Event about an
     #: object that is neither the node nor one of its pods)
     FORBIDDEN = "forbidden"
     #: an Event over the node's rate limit
@@ -322,7 +322,7 @@ def merge_node(stored: Node | None, incoming: Node) -> Node:
     """The Node to store: the agent's status and labels over what others own.
 
     :data:`AGENT_LABELS_ANNOTATION` lists the labels of the report that its agent owns
-    (:func:`controller.noderestriction.agent_owns_label`); one of those it stops reporting is
+    (:func:`controller.fleet.noderestriction.agent_owns_label`); one of those it stops reporting is
     removed.
     """
     reported = dict(incoming.metadata.labels)
@@ -812,7 +812,7 @@ class Ingest:
         stored one's), or, when it was lost because its status said offline and an ``online``
         has since vouched for the agent (``vouched``), with the same one. ``restore_only``:
         write nothing unless that brings it back. A change the node may not make
-        (:mod:`controller.noderestriction`) is held back.
+        (:mod:`controller.fleet.noderestriction`) is held back.
         """
         _check_name(node, incoming)
         kind = self._kind(Node)

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Final
 
 from apis.resources import ResourceList
-from controller.deviceshare.args import DEFAULT_ARGS, MOST_ALLOCATED, DeviceShareArgs
-from controller.deviceshare.requests import DeviceRequest
-from controller.deviceshare.state import DeviceSlot, NodeDeviceState, demand
+from controller.scheduler.deviceshare.args import DEFAULT_ARGS, MOST_ALLOCATED, DeviceShareArgs
+from controller.scheduler.deviceshare.requests import DeviceRequest
+from controller.scheduler.deviceshare.state import DeviceSlot, NodeDeviceState, demand
 
 __all__ = [
     "MAX_SCORE",

@@ -37,13 +37,13 @@ from apis.labels import Selector, SelectorError
 from apis.meta import LabelSelector
 from apis.quantity import QuantityError, format_quantity, to_canonical
 from apis.resources import ResourceList
-from controller.deviceshare.annotation import (
+from controller.scheduler.deviceshare.annotation import (
     Allocation,
     AllocationFormatError,
     parse_allocation,
 )
-from controller.deviceshare.args import DEFAULT_ARGS, DeviceShareArgs
-from controller.deviceshare.templates import NO_TEMPLATES, SharedTemplates, needs_template
+from controller.scheduler.deviceshare.args import DEFAULT_ARGS, DeviceShareArgs
+from controller.scheduler.deviceshare.templates import NO_TEMPLATES, SharedTemplates, needs_template
 
 __all__ = [
     "APPLY_FOR_ALL",

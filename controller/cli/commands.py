@@ -29,8 +29,9 @@ from apis.codec import decode_documents, dump_yaml, encode_json, to_builtins
 from apis.errors import ApiError, DecodeError, UnknownKind
 from apis.kinds import Kind, Registry
 from apis.meta import Object
-from controller import errors, printing
+from controller import errors
 from controller.api.client import CHUNK_SIZE, Applied, Client, WatchEvent
+from controller.cli import printing
 
 __all__ = ["apply", "delete", "describe", "get"]
 

@@ -21,7 +21,7 @@ from typing import Any, TextIO, TypeVar
 
 import msgspec
 
-from koordpy.lifecycle import Fatal
+from runtime.lifecycle import Fatal
 
 __all__ = ["EXIT_CONFIG", "ConfigError", "exit_on_error", "load_config", "parse_config"]
 

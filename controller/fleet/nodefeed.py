@@ -27,7 +27,7 @@ from apis.meta import Object, ObjectMeta
 from apis.slo import NodeMetric, NodeSLO
 from controller.errors import NotFound
 from controller.store import Store
-from koordpy.bus import Bus, node_topic
+from runtime.bus import Bus, node_topic
 
 __all__ = ["NodeFeed", "pod_list"]
 

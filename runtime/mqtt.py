@@ -1,8 +1,8 @@
 """MQTT between agents and the controller: connection settings and the bus bridge.
 
 The fleet's wire protocol (``koordpy/v1/nodes/{node}/{leaf}``, MQTT 5, QoS 1, JSON bodies) is
-the in-process bus's (:mod:`koordpy.bus`) carried over a broker. Each daemon keeps a local
-:class:`~koordpy.bus.Bus`; an :class:`MqttBridge` mirrors chosen topics between that bus and
+the in-process bus's (:mod:`runtime.bus`) carried over a broker. Each daemon keeps a local
+:class:`~runtime.bus.Bus`; an :class:`MqttBridge` mirrors chosen topics between that bus and
 the broker, so every component that speaks the bus works unchanged in a fleet.
 
 An agent (:func:`agent_bridge`) sends its node's ``node``, ``device``, ``nodemetric``,
@@ -22,7 +22,7 @@ uplink=["koordpy/v1/nodes/+/pods", "koordpy/v1/nodes/+/nodeslo"], downlink=[
 
 What the bridge guarantees:
 
-* **Retained or not by leaf** (:data:`koordpy.bus.RETAINED_LEAVES`), both ways; every publish
+* **Retained or not by leaf** (:data:`runtime.bus.RETAINED_LEAVES`), both ways; every publish
   is QoS 1. A retained empty body clears the topic, on the broker and on the local bus.
 * **Order**: messages leave in the order they were published on the local bus.
 * **While disconnected** only the newest body of each retained topic is kept (a newer body
@@ -33,7 +33,7 @@ What the bridge guarantees:
 * **Oversized** bodies (over ``max_payload``) are dropped and counted, never sent or applied;
   except a retained body the controller sends a node (``pods``, ``nodeslo``,
   ``nodemetricspec``: a PodList of thousands of pods), which goes compressed in parts and is
-  put back together, whole and of one version, on the other side (:mod:`koordpy.mqttparts`).
+  put back together, whole and of one version, on the other side (:mod:`runtime.mqttparts`).
 * **No loops**: a message is never forwarded back the way it came, even when the filters
   overlap (MQTT 5 no-local on the broker side, echo suppression on the bus side).
 * **Never fatal**: a broker that is down, refuses our credentials or drops us is retried
@@ -79,8 +79,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from koordpy import mqttparts, mqttwire
-from koordpy.bus import (
+from runtime import mqttparts, mqttwire
+from runtime.bus import (
     AGENT_LEAVES,
     CONTROLLER_LEAVES,
     RETAINED_LEAVES,
@@ -95,7 +95,7 @@ from koordpy.bus import (
     parse_node_topic,
     topic_matches,
 )
-from koordpy.lifecycle import Backoff
+from runtime.lifecycle import Backoff
 
 __all__ = [
     "CONTROLLER_READ_PACE",
@@ -384,7 +384,7 @@ class _LeanSocket:
     """The connection's socket as the client sees it, with PUBLISH packets taken out.
 
     Each read takes whatever the kernel holds (up to :data:`_READ_AHEAD` bytes) and cuts it
-    into packets (:class:`koordpy.mqttwire.Splitter`): the PUBLISH packets are handed to
+    into packets (:class:`runtime.mqttwire.Splitter`): the PUBLISH packets are handed to
     ``deliver`` as a batch, their QoS 1 acknowledgements to ``acknowledge`` as one write,
     and only the other packets (CONNACK, SUBACK, PUBACK, PINGRESP, DISCONNECT, and a PUBLISH
     the splitter leaves alone) reach paho, which reads each in pieces, one ``recv`` apiece.
@@ -760,7 +760,7 @@ class _Stop(Exception):  # noqa: N818 - a control-flow signal, not an error
 
 
 class MqttBridge:
-    """Mirrors topics between a local :class:`~koordpy.bus.Bus` and an MQTT 5 broker (see the
+    """Mirrors topics between a local :class:`~runtime.bus.Bus` and an MQTT 5 broker (see the
     module docstring for what it guarantees).
 
     ``uplink`` filters select what goes from the local bus to the broker, ``downlink`` filters
@@ -796,7 +796,7 @@ class MqttBridge:
         self.uplink = tuple(uplink)
         self.downlink = tuple(downlink)
         #: What the connection subscribes to: the downlink, and the parts of the bodies on
-        #: its filters that may come in parts (:mod:`koordpy.mqttparts`).
+        #: its filters that may come in parts (:mod:`runtime.mqttparts`).
         self._filters = self.downlink + tuple(
             f"{f}/+" for f in self.downlink if f.rsplit("/", 1)[-1] in mqttparts.PARTED_LEAVES
         )
@@ -974,7 +974,7 @@ class MqttBridge:
     def _expand(self, topic: str, payload: bytes, retain: bool) -> list[Outgoing]:
         """What goes to the broker for one body: itself, or (a retained body over
         ``max_payload`` on a leaf that may be parted) its parts and manifest; then the clears of
-        the parts an earlier body of the topic left. :class:`~koordpy.mqttparts.PartsError`
+        the parts an earlier body of the topic left. :class:`~runtime.mqttparts.PartsError`
         for a body that can go neither way."""
         limit = self.settings.max_payload
         if len(payload) <= limit:

@@ -26,7 +26,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from koordpy.bus import CONTROLLER_LEAVES, parse_node_topic
+from runtime.bus import CONTROLLER_LEAVES, parse_node_topic
 
 __all__ = [
     "MAX_BODY",

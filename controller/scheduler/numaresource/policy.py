@@ -35,8 +35,8 @@ from apis import constants as k
 from apis.bounded import BoundedError, decode
 from apis.core import Node, Pod, pod_requests
 from apis.qos import PriorityClass, priority_class
-from controller.numaresource.args import NodeNUMAResourceArgs
-from controller.numaresource.topology import INVALID_CPU_TOPOLOGY, CPUTopology
+from controller.scheduler.numaresource.args import NodeNUMAResourceArgs
+from controller.scheduler.numaresource.topology import INVALID_CPU_TOPOLOGY, CPUTopology
 
 __all__ = [
     "CPU_BIND_POLICY_CONFLICT",

@@ -1,7 +1,8 @@
 """Which CPUs a pod gets from a node.
 
 The node's free CPUs are all of its topology's CPUs minus those already bound to its pods
-(their ``resource-status`` cpusets, :func:`~controller.numaresource.status.bound_cpus`) and
+(their ``resource-status`` cpusets, :func:`~controller.scheduler.numaresource.status.bound_cpus`)
+and
 any reserved ones.
 
 ``FullPCPUs`` (and any policy on a node with one thread per core) takes whole physical cores:
@@ -41,15 +42,19 @@ from typing import Final
 from apis import constants as k
 from apis.core import Node, Pod
 from apis.resources import ResourceList
-from controller.numaresource.args import MOST_ALLOCATED, NodeNUMAResourceArgs
-from controller.numaresource.policy import CPUBindPolicy, CPUExclusivePolicy, pod_exclusive_policy
-from controller.numaresource.status import (
+from controller.scheduler.numaresource.args import MOST_ALLOCATED, NodeNUMAResourceArgs
+from controller.scheduler.numaresource.policy import (
+    CPUBindPolicy,
+    CPUExclusivePolicy,
+    pod_exclusive_policy,
+)
+from controller.scheduler.numaresource.status import (
     FINISHED_PHASES,
     NUMANodeResource,
     bound_cpus,
     pod_resource_status,
 )
-from controller.numaresource.topology import Cpu, CPUTopology
+from controller.scheduler.numaresource.topology import Cpu, CPUTopology
 
 __all__ = [
     "DISTRIBUTE_EVENLY",

@@ -9,7 +9,7 @@ or when nothing was heard from it for ``node_lost_after`` seconds (default 180: 
 * the taint ``node.kubernetes.io/unreachable:NoSchedule``, which the scheduler filters on.
 
 A fresh report brings it back: the ingest applies the next Node that is neither an older body
-delivered again nor the stored heartbeat repeated (:mod:`controller.ingest`, "Which report is
+delivered again nor the stored heartbeat repeated (:mod:`controller.fleet.ingest`, "Which report is
 stale": by arrival order, never by comparing the agent's clock), with the agent's
 ``Ready=True``, and removes that taint (only that one; taints others set are kept). A replayed
 or repeated Node does not, except after the agent's own ``online`` following an ``offline`` (a
@@ -40,7 +40,7 @@ from apis.kinds import Kind
 from apis.meta import Condition
 from controller.errors import NotFound, StoreError
 from controller.store import Store
-from koordpy import lifecycle
+from runtime import lifecycle
 
 __all__ = [
     "AGENT_LABELS_ANNOTATION",

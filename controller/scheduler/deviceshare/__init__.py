@@ -13,19 +13,24 @@ Per pod the scheduler calls :func:`prepare` once (PreFilter), then per node
 
 from __future__ import annotations
 
-from controller.deviceshare.allocator import NUMAHint, ReservedDevices, allocate, numa_hints
-from controller.deviceshare.annotation import (
+from controller.scheduler.deviceshare.allocator import (
+    NUMAHint,
+    ReservedDevices,
+    allocate,
+    numa_hints,
+)
+from controller.scheduler.deviceshare.annotation import (
     AllocatedDevice,
     Allocation,
     adapter_annotations,
     encode_allocation,
     parse_allocation,
 )
-from controller.deviceshare.args import DeviceShareArgs, decode_args
-from controller.deviceshare.requests import DeviceRequest, Rejection, TypeRequest, prepare
-from controller.deviceshare.scoring import normalize, score_node
-from controller.deviceshare.state import NodeDeviceState, apply, node_state, release
-from controller.deviceshare.templates import SharedTemplates, parse_templates
+from controller.scheduler.deviceshare.args import DeviceShareArgs, decode_args
+from controller.scheduler.deviceshare.requests import DeviceRequest, Rejection, TypeRequest, prepare
+from controller.scheduler.deviceshare.scoring import normalize, score_node
+from controller.scheduler.deviceshare.state import NodeDeviceState, apply, node_state, release
+from controller.scheduler.deviceshare.templates import SharedTemplates, parse_templates
 
 __all__ = [
     "AllocatedDevice",
