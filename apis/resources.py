@@ -164,6 +164,12 @@ class ResourceList(Mapping[str, int]):
         self._data = data
         return data
 
+    def any_negative(self) -> bool:
+        """Whether an amount is below 0 (a list of plain numbers, read later, never is)."""
+        if self._raw is not None:
+            return False
+        return any(amount < 0 for amount in self._data.values())
+
     def stored_form(self) -> Mapping[str, str]:
         """The quantities to store: the text a deferred list came with (it reads back to the
         same amounts), else :meth:`wire_form`. Do not modify it."""

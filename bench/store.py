@@ -17,17 +17,17 @@ Write latency at scale (the latency table). The same gRPC server over a state fi
 control loop of the controller running in its event loop (:data:`controller.loops.LOOPS`, as
 ``koordpy up`` runs them), over ``--nodes`` nodes. The store is filled to 0, 10k, 50k and 100k
 Pods (bound to the nodes and Running, in 20 namespaces; ``apply_many`` transactions; plus the
-few hundred objects the rows before wrote), the loops
-are let settle and the heap is settled as the daemon does once its store is loaded; then one
-client applies ``--samples`` new Pods (scheduled, bound and started by the loops), then as many
-new ConfigMaps, one at a time, each timed from request to response, the next sent once the
-loops are done with the last (no store change for 50 ms): a write's latency is its own, not a
-queue behind the loop work of the writes before. The loops wait 5 ms after a change before
-they run (:data:`controller.loops.DEBOUNCE`), so the API answers a write before they react to
-it. Also printed, not targets: "pod done", from a Pod's request to the loops' last write
-about it (its scheduling, binding and start), and its growth; and "pods/s", new Pods four
-clients apply together, one per Apply, while the loops schedule, bind and start them.
-Targets: p99 at 100k within 2x of p99 at 0, and a Pod's p99 within 2x of a ConfigMap's.
+few hundred objects the rows before wrote), the loops are let settle and the heap is settled as
+the daemon does once its store is loaded; then one client applies ``--samples`` new Pods
+(scheduled, bound and started by the loops) and as many new ConfigMaps, alternating, one at a
+time, each timed from request to response, the next sent once the loops are done with the last
+(no store change for 50 ms): a write's latency is its own, not a queue behind the loop work of
+the writes before. The loops wait 5 ms after a change before they run
+(:data:`controller.loops.DEBOUNCE`), so the API answers a write before they react to it. Also
+printed, not targets: "pod done", from a Pod's request to the loops' last write about it (its
+scheduling, binding and start), and its growth; and "pods/s", new Pods four clients apply
+together, one per Apply, while the loops schedule, bind and start them. Targets: p99 at 100k
+within 2x of p99 at 0, and a Pod's p99 within 2x of a ConfigMap's.
 """
 
 from __future__ import annotations
@@ -548,12 +548,11 @@ def run_latency(
                 server.call(lambda _: lifecycle.settle_heap())
                 names = [(f"new-{point}-{i:05d}", _NAMESPACES[i % 20]) for i in range(samples)]
                 server.quiet()
-                pod_ms, pod_done_ms = _time_applies(
-                    server, apply, [_latency_pod(*name) for name in names]
-                )
-                config_map_ms, _ = _time_applies(
-                    server, apply, [_config_map(*name) for name in names]
-                )
+                # Pods and ConfigMaps alternate, so that both meet the same conditions.
+                mixed = [obj for name in names for obj in (_latency_pod(*name), _config_map(*name))]
+                answered, done = _time_applies(server, apply, mixed)
+                pod_ms, pod_done_ms = answered[0::2], done[0::2]
+                config_map_ms = answered[1::2]
                 together = [
                     _latency_pod(f"many-{point}-{i:05d}", _NAMESPACES[i % 20])
                     for i in range(samples)

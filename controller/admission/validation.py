@@ -56,6 +56,8 @@ def _key(path: str, name: str) -> str:
 def negative_amounts(amounts: ResourceList, path: str, *, key: bool = True) -> Iterator[FieldError]:
     """One error per negative quantity of ``amounts``, the field ``path[name]`` (``path.name``
     when not ``key``, as the API server names a Node's)."""
+    if not amounts.any_negative():
+        return
     for name, text in amounts.stored_form().items():
         if text.startswith("-"):
             yield invalid(_key(path, name) if key else f"{path}.{name}", text, NEGATIVE)
@@ -86,8 +88,34 @@ def _containers(containers: tuple[Container, ...], path: str) -> Iterator[FieldE
             yield from _requirements(resources, f"{path}[{index}].resources")
 
 
+def _within(req: ResourceRequirements) -> bool:
+    """No negative amount and no request above its limit (nothing formatted: the common case)."""
+    requests, limits = req.requests, req.limits
+    if requests.any_negative() or limits.any_negative():
+        return False
+    if not requests or not limits:
+        return True
+    capped = limits.amounts
+    return all(amount <= capped.get(name, amount) for name, amount in requests.amounts.items())
+
+
+def _spec_ok(spec: PodSpec) -> bool:
+    for container in (*spec.containers, *spec.init_containers):
+        resources = container.resources
+        if (resources.requests or resources.limits) and not _within(resources):
+            return False
+    resources = spec.resources
+    if (resources.requests or resources.limits) and not _within(resources):
+        return False
+    priority = spec.priority
+    in_range = priority is None or INT32_MIN <= priority <= INT32_MAX
+    return in_range and not spec.overhead.any_negative()
+
+
 def pod_spec_errors(spec: PodSpec, path: str = "spec") -> list[FieldError]:
     """Every problem of the module docstring with the pod spec at ``path``."""
+    if _spec_ok(spec):
+        return []
     errors = [
         *_containers(spec.containers, f"{path}.containers"),
         *_containers(spec.init_containers, f"{path}.initContainers"),
