@@ -232,10 +232,12 @@ def check_depth(data: bytes | str) -> None:
         raise DecodeError(f"invalid JSON: {too_deep()}")
 
 
-def decode_json(data: bytes | str, target: type[T]) -> T:
+def decode_json(data: bytes | str, target: type[T], *, depth_checked: bool = False) -> T:
     """Fast path for trusted JSON of a known type (store reload, wire messages); JSON nested
-    deeper than :data:`MAX_DEPTH` is refused (:func:`check_depth`)."""
-    check_depth(data)
+    deeper than :data:`MAX_DEPTH` is refused (:func:`check_depth`, unless the caller ran it
+    on ``data`` already: ``depth_checked``)."""
+    if not depth_checked:
+        check_depth(data)
     try:
         return _decoder(target).decode(data)
     except msgspec.ValidationError as err:

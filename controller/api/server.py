@@ -156,7 +156,7 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
             kind = self._store.registry.for_gvk(head.api_version, head.kind)
         except UnknownKind as err:
             raise DecodeError(str(err), field="kind", value=head.kind) from None
-        obj = decode_json(body, kind.type)
+        obj = decode_json(body, kind.type, depth_checked=True)
         canonical = self._versions.get(kind)
         if canonical is None:
             canonical = self._versions[kind] = kind.api_version
