@@ -465,19 +465,6 @@ def stored_pods(start: int, stop: int, nodes: int) -> list[Object]:
     return pods
 
 
-def _settle(server: _Server, *, quiet: float = 0.5, limit: float = 300.0) -> None:
-    """Wait until the loops wrote nothing for ``quiet`` seconds."""
-    deadline = time.monotonic() + limit
-    version = server.call(lambda store: store.resource_version)
-    while time.monotonic() < deadline:
-        time.sleep(quiet)
-        now = server.call(lambda store: store.resource_version)
-        if now == version:
-            return
-        version = now
-    raise RuntimeError(f"the control loops kept writing for {limit:.0f} s")
-
-
 def _percentile(samples: Sequence[float], fraction: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
@@ -544,7 +531,7 @@ def run_latency(
                     chunk = stored_pods(start, min(point, start + _FILL_CHUNK), nodes)
                     server.call(lambda store, chunk=chunk: store.apply_many(chunk))  # type: ignore[misc]
                 stored = point
-                _settle(server)
+                server.quiet(quiet=0.5, limit=300.0)
                 server.call(lambda _: lifecycle.settle_heap())
                 names = [(f"new-{point}-{i:05d}", _NAMESPACES[i % 20]) for i in range(samples)]
                 server.quiet()
@@ -558,7 +545,7 @@ def run_latency(
                     for i in range(samples)
                 ]
                 seconds = drive(server.address, together, clients=_CLIENTS, batch=1)
-                _settle(server)
+                server.quiet(quiet=0.5, limit=300.0)
                 rows.append(
                     LatencyRow(
                         stored=point,
