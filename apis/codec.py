@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import msgspec
+import msgspec.inspect as mi
 import yaml
 
 from apis.bounded import nested_deeper
@@ -232,18 +233,204 @@ def check_depth(data: bytes | str) -> None:
         raise DecodeError(f"invalid JSON: {too_deep()}")
 
 
+#: Whether a decoded value, found ``levels`` maps and lists deep, nests deeper than allowed.
+_Walk = Callable[[Any, int], bool]
+
+
+def _any_deeper(value: Any, levels: int) -> bool:
+    """Whether ``value`` (decoded as ``Any``: dicts, lists, scalars), inside ``levels`` maps
+    and lists, takes the nesting past :data:`MAX_DEPTH`. Level by level, no recursion."""
+    frontier = [value]
+    while True:
+        inner: list[Any] = []
+        opened = False  # a map or list at this level
+        for item in frontier:
+            if type(item) is dict:
+                inner.extend(item.values())
+            elif type(item) is list:
+                inner.extend(item)
+            else:
+                continue
+            opened = True
+        if not opened:
+            return False
+        levels += 1
+        if levels > MAX_DEPTH:
+            return True
+        frontier = inner
+
+
+class _UnplannableError(Exception):
+    """A type whose decoded values cannot say how deep their JSON was."""
+
+
+def _walk_of(info: mi.Type, seen: frozenset[type]) -> _Walk | None:
+    """How to find the ``Any`` parts of a decoded ``info`` (None: it has none, so msgspec
+    reads no deeper than the type itself goes). ``seen``: the Structs around it."""
+    if len(seen) > MAX_DEPTH:
+        raise _UnplannableError  # the type alone nests that deep
+    if isinstance(info, mi.AnyType):
+        return _any_deeper
+    if isinstance(info, mi.StructType):
+        if not info.forbid_unknown_fields or info.cls in seen:
+            raise _UnplannableError  # unknown fields are skipped recursively; recursive types
+        inner = seen | {info.cls}
+        fields = [(f.name, w) for f in info.fields if (w := _walk_of(f.type, inner)) is not None]
+        if not fields:
+            return None
+
+        def struct(value: Any, levels: int) -> bool:
+            levels += 1
+            for name, walk in fields:  # noqa: SIM110 - any() over a generator is slower
+                if walk(getattr(value, name), levels):
+                    return True
+            return False
+
+        return struct
+    if isinstance(info, (mi.ListType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)):
+        item = _walk_of(info.item_type, seen)
+        if item is None:
+            return None
+
+        def items(value: Any, levels: int) -> bool:
+            levels += 1
+            for v in value:  # noqa: SIM110 - any() over a generator is slower
+                if item(v, levels):
+                    return True
+            return False
+
+        return items
+    if isinstance(info, mi.TupleType):
+        walks = [_walk_of(t, seen) for t in info.item_types]
+        if not any(walks):
+            return None
+        return lambda value, levels: any(
+            w(v, levels + 1) for w, v in zip(walks, value, strict=True) if w is not None
+        )
+    if isinstance(info, mi.DictType):
+        value_walk = _walk_of(info.value_type, seen)
+        if value_walk is None:
+            return None
+
+        def values(value: Any, levels: int) -> bool:
+            levels += 1
+            for v in value.values():  # noqa: SIM110 - any() over a generator is slower
+                if value_walk(v, levels):
+                    return True
+            return False
+
+        return values
+    if isinstance(info, mi.UnionType):
+        return _union_walk(info, seen)
+    if isinstance(info, mi.RawType):
+        raise _UnplannableError
+    # scalars, and the custom types (ResourceList, Duration), which the decode hook takes
+    # only as a flat map of quantities or a string
+    return None
+
+
+def _union_walk(info: mi.UnionType, seen: frozenset[type]) -> _Walk | None:
+    if any(isinstance(t, mi.AnyType) for t in info.types):
+        return _any_deeper
+    by_type: dict[type, _Walk] = {}
+    for option in info.types:
+        walk = _walk_of(option, seen)
+        if walk is None:
+            continue
+        if isinstance(option, mi.StructType):
+            by_type[option.cls] = walk
+        elif isinstance(option, mi.DictType):
+            by_type[dict] = walk
+        elif isinstance(option, (mi.ListType, mi.VarTupleType, mi.TupleType)):
+            by_type[list] = by_type[tuple] = walk
+        else:
+            raise _UnplannableError
+    if not by_type:
+        return None
+
+    def member(value: Any, levels: int) -> bool:
+        walk = by_type.get(type(value))
+        return walk is not None and walk(value, levels)
+
+    return member
+
+
+#: The most ``Any`` parts a type may have for its decoded values to be walked (Node has 11,
+#: NodeMetric 2); a Pod, with 91, is cheaper to check by its text.
+MAX_WALKED_ANY_PARTS = 16
+#: type -> how to check the nesting of its decoded values (None: by the text, the type has
+#: parts that cannot say). Types are few and fixed: kept for the process.
+_DEPTH_WALKS: dict[type[Any], tuple[_Walk | None, bool]] = {}
+
+
+def _depth_walk(target: type[Any]) -> tuple[_Walk | None, bool]:
+    """``(walk, planned)``: ``planned`` when the decoded value can be checked instead of the
+    text; ``walk`` then finds its ``Any`` parts (None: it has none)."""
+    found = _DEPTH_WALKS.get(target)
+    if found is None:
+        info = mi.type_info(target)
+        try:
+            walk = _walk_of(info, frozenset())
+        except _UnplannableError:
+            found = (None, False)
+        else:  # every list item walks each Any part below it: a few, or the text is cheaper
+            found = (walk, _any_parts(info, frozenset()) <= MAX_WALKED_ANY_PARTS)
+        _DEPTH_WALKS[target] = found
+    return found
+
+
+def _any_parts(info: mi.Type, seen: frozenset[type]) -> int:
+    """How many fields (and items) of ``info``, all the way down, are ``Any``."""
+    if isinstance(info, mi.AnyType):
+        return 1
+    if isinstance(info, mi.StructType):
+        inner = seen | {info.cls}
+        return sum(_any_parts(f.type, inner) for f in info.fields)
+    if isinstance(info, (mi.ListType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)):
+        return _any_parts(info.item_type, seen)
+    if isinstance(info, mi.DictType):
+        return _any_parts(info.value_type, seen)
+    if isinstance(info, (mi.TupleType, mi.UnionType)):
+        members = info.item_types if isinstance(info, mi.TupleType) else info.types
+        return sum(_any_parts(t, seen) for t in members)
+    return 0
+
+
 def decode_json(data: bytes | str, target: type[T], *, depth_checked: bool = False) -> T:
     """Fast path for trusted JSON of a known type (store reload, wire messages); JSON nested
     deeper than :data:`MAX_DEPTH` is refused (:func:`check_depth`, unless the caller ran it
-    on ``data`` already: ``depth_checked``)."""
-    if not depth_checked:
-        check_depth(data)
+    on ``data`` already: ``depth_checked``).
+
+    A target whose every part is typed, but for ``Any`` values, is checked on what decoding
+    gave instead of on the text: msgspec reads no deeper than the type goes except inside
+    those values (and refuses unknown fields without reading them), so only they are walked.
+    """
+    walk: _Walk | None = None
+    if not depth_checked and _maybe_deep(data):
+        walk, planned = _depth_walk(target)
+        if not planned:
+            check_depth(data)
+            walk = None
     try:
-        return _decoder(target).decode(data)
+        obj = _decoder(target).decode(data)
     except msgspec.ValidationError as err:
+        if not depth_checked:
+            check_depth(data)  # before the raw document is read to name the field
         raise _translate(err, _safe_json(data)) from None
     except msgspec.DecodeError as err:
         raise DecodeError(f"invalid JSON: {err}") from None
+    except RecursionError:
+        raise DecodeError(f"invalid JSON: {too_deep()}") from None
+    if walk is not None and walk(obj, 0):
+        raise DecodeError(f"invalid JSON: {too_deep()}")
+    return obj
+
+
+def _maybe_deep(data: bytes | str) -> bool:
+    """Whether ``data`` has enough brackets to nest deeper than :data:`MAX_DEPTH`."""
+    if isinstance(data, str):
+        return data.count("[") + data.count("{") > MAX_DEPTH
+    return data.count(b"[") + data.count(b"{") > MAX_DEPTH
 
 
 def _safe_json(data: bytes | str) -> Any:

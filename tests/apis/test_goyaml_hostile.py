@@ -5,10 +5,14 @@ RecursionError, and well-formed documents up to the limit still decode."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from apis.bounded import nested_deeper
 from apis.codec import MAX_DEPTH, check_depth, decode_documents, decode_json, load_yaml_documents
-from apis.core import ConfigMap, Pod
+from apis.core import ConfigMap, Node, Pod
 from apis.errors import DecodeError
+from apis.slo import NodeMetric
 
 DEEP = 100_000
 TOO_DEEP = f"maps and lists nested more than {MAX_DEPTH} levels deep"
@@ -204,3 +208,61 @@ def test_a_few_aliases_still_expand() -> None:
             "limits": {"cpu": "1", "memory": "1Gi"},
         }
     ]
+
+
+# --- nesting depth: checked on what decoding gave, for targets with few Any parts ------------
+
+#: a Node whose ``Any`` parts (status.nodeInfo, a managedFields entry) and a resource list
+#: hold ``@`` for a value, with enough brackets elsewhere that a short text cannot pass for
+#: shallow
+NODE_AROUND = (
+    '{"apiVersion":"v1","kind":"Node","metadata":{"name":"n","managedFields":[{"f":%s}]},'
+    '"status":{"nodeInfo":{"x":%s},"capacity":{"cpu":%s},"images":['
+    + ",".join(["{}"] * 120)
+    + "]}}"
+)
+
+
+def _nested(levels: int) -> str:
+    """``levels`` maps and lists around a string, alternating."""
+    text = '"x"'
+    for level in range(levels):
+        text = f"[{text}]" if level % 2 else f'{{"k":{text}}}'
+    return text
+
+
+@given(
+    levels=st.one_of(st.integers(90, 105), st.sampled_from([500, 990, 5_000, DEEP])),
+    where=st.sampled_from([0, 1, 2]),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_node_is_refused_exactly_when_its_text_nests_too_deep(levels: int, where: int) -> None:
+    """A Node's nesting is checked on the decoded Node, walking only its few ``Any`` parts:
+    the verdict is the text's, deep values in any part are a DecodeError (never a
+    RecursionError), and what passes decodes."""
+    parts = ['"1"'] * 3
+    parts[where] = _nested(levels)
+    body = (NODE_AROUND % tuple(parts)).encode()
+    too_deep = nested_deeper(body, MAX_DEPTH)
+    if too_deep:
+        with pytest.raises(DecodeError, match=TOO_DEEP):
+            decode_json(body, Node)
+    elif where == 2:  # a nested quantity is refused as a quantity
+        with pytest.raises(DecodeError, match="quantit"):
+            decode_json(body, Node)
+    else:
+        assert decode_json(body, Node).metadata.name == "n"
+
+
+def test_deep_values_in_a_node_metric_s_pods_are_refused() -> None:
+    pods = ",".join(
+        f'{{"namespace":"ns","name":"p{i}","extensions":{{"a":{_nested(120 if i == 19 else 3)}}}}}'
+        for i in range(20)
+    )
+    body = (
+        '{"apiVersion":"slo.koordinator.sh/v1alpha1","kind":"NodeMetric","metadata":{"name":"n"},'
+        '"status":{"podsMetric":[' + pods + "]}}"
+    )
+    with pytest.raises(DecodeError, match=TOO_DEEP):
+        decode_json(body, NodeMetric)
+    assert decode_json(body.replace(_nested(120), _nested(90)), NodeMetric).status.pods_metric
