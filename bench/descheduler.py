@@ -1,6 +1,6 @@
 """``python -m bench.descheduler``: seconds per descheduling cycle on a large cluster.
 
-What runs. A memory-only :class:`~controller.store.Store` holds ``--nodes`` Ready nodes (5,000:
+What runs. A store without a state file holds ``--nodes`` Ready nodes (5,000:
 64 cores, 256 GiB, 110 pods each; half labelled ``karpenter.sh/capacity-type: on-demand``, half
 ``reserved``), ``--pods`` pods bound to them (100,000, 20 a node, 1 or 2 cores and 2 or 4 GiB,
 owned by ReplicaSet-like controllers of 10 pods), a NodeMetric per node (every pod's usage and
@@ -66,7 +66,7 @@ from apis.resources import ResourceList
 from apis.slo import NodeMetric, NodeMetricInfo, NodeMetricStatus, PodMetricInfo, ResourceMap
 from controller.descheduler.loop import DeschedulerLoop
 from controller.loops import LoopContext
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime import lifecycle
 
 TARGET_SECONDS = 1.0

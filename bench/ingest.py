@@ -26,8 +26,8 @@ system of its process, % of one core, from psutil) and the CPU per processed rep
 
 The controller runs with its default ``[store] report_write_interval`` (60 s: a change that only
 brings an agent's newer report, a heartbeat or a NodeMetric status, reaches the state file at
-most that much later; see :mod:`controller.store`); ``--report-write-interval 0`` writes every
-report to SQLite as it is applied.
+most that much later; see :mod:`controller.store.sqlite`); ``--report-write-interval 0``
+writes every report to SQLite as it is applied.
 
 Target (issue 5): >= 2,000 reports/s processed at <= 50 % of one core; the ratios printed
 are measured / target for the rate and target / measured for the CPU (both >= 1 = met).

@@ -1,6 +1,6 @@
 """``python -m bench.queueing``: QueueUnit admissions per second of the ``queueing`` loop.
 
-What runs. A memory-only :class:`~controller.store.Store` holds an ElasticQuota tree, Nodes
+What runs. A memory-only :class:`~controller.store.sqlite.Store` holds an ElasticQuota tree, Nodes
 for the cluster total (so the runtime quota is checked as well as ``max``) and the QueueUnits;
 :class:`~controller.queueing.loop.QueueingLoop` admits them on a simulated clock. The
 benchmark plays the job side: a unit admitted at time t finishes at t + its runtime (phase
@@ -53,8 +53,8 @@ from apis.resources import ResourceList
 from controller.loops import LoopContext
 from controller.queueing import phases
 from controller.queueing.loop import QueueingLoop
-from controller.store import Store
-from controller.watching import EventType
+from controller.store.sqlite import Store
+from controller.store.watching import EventType
 
 TARGET_RATE = 2000.0
 TARGET_SCALING = 2.0

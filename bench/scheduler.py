@@ -12,7 +12,7 @@ In process, no store I/O: the loop's store writes are not part of the figure.
 
 Also printed (no target): the same cluster end to end through
 :class:`~controller.scheduler.loop.SchedulerLoop` on a memory-only
-:class:`~controller.store.Store`, passes run back to back while the loop asks to come back
+:class:`~controller.store.sqlite.Store`, passes run back to back while the loop asks to come back
 at once (a pass attempts at most ``MAX_ATTEMPTS_PER_PASS`` pods): reading the snapshot,
 building the table and the queue, scheduling, and writing each pass's bindings in one store
 transaction; with the number of passes and the longest one (how long the loop holds the
@@ -76,7 +76,7 @@ from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
 from controller.scheduler.profile import Profile, default_profile
-from controller.store import Store
+from controller.store.sqlite import Store
 
 __all__ = ["main"]
 

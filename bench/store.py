@@ -1,7 +1,7 @@
 """``python -m bench.store``: persisted writes per second through the controller API.
 
 What is measured. The real gRPC server (:class:`controller.api.server.ApiServer`) listens on a
-private unix socket over a :class:`controller.store.Store` whose state file lives in a
+private unix socket over a :class:`controller.store.sqlite.Store` whose state file lives in a
 temporary directory (SQLite WAL, ``synchronous=NORMAL``). Client threads, each with its own
 channel, send Apply requests of realistic Pod objects (batches of ``--batch``); a write is
 counted when its Apply response arrived, that is once the store committed it to SQLite. The
@@ -60,7 +60,7 @@ from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.client import Client
 from controller.api.server import ApiServer
 from controller.loops import LoopRunner, build_loops
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime import lifecycle
 
 __all__ = ["main"]

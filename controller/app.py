@@ -36,12 +36,12 @@ from controller.fleet.liveness import Liveness
 from controller.fleet.nodefeed import NodeFeed
 from controller.fleet.reports import WITHOUT_REPORT
 from controller.loops import LOOPS, LoopRunner, build_loops
-from controller.persistence import Lost, StorageFull
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.metrics import QueueingMetrics
 from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.metrics import SchedulerMetrics
-from controller.store import Store
+from controller.store.persistence import Lost, StorageFull
+from controller.store.sqlite import Store
 from runtime import lifecycle
 from runtime.bus import Bus
 from runtime.exposition import MetricsEndpoint, serve_metrics
@@ -75,7 +75,7 @@ def open_store(cfg: ControllerConfig, state_dir: Path, *, start_fresh: bool | No
 
     A state directory that cannot hold the store is a :class:`ConfigError` (exit 2): no byte
     free on its file system, or a store initialised there whose database is now missing or
-    empty (see :mod:`controller.persistence`; ``start_fresh``, default ``[store]
+    empty (see :mod:`controller.store.persistence`; ``start_fresh``, default ``[store]
     start_fresh``, starts an empty one instead).
     """
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

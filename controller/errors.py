@@ -37,6 +37,7 @@ __all__ = [
     "Forbidden",
     "Invalid",
     "NotFound",
+    "StorageFull",
     "StoreError",
     "TransientError",
 ]
@@ -81,6 +82,10 @@ class StoreError(ControllerError):
         self.kind = kind
         self.namespace = namespace
         self.name = name
+
+
+class StorageFull(StoreError):  # noqa: N818 - a state, as errors.NotFound
+    """The file system holding the state file has no room for the write (or the start)."""
 
 
 @functools.lru_cache(maxsize=256)

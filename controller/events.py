@@ -31,7 +31,7 @@ from apis.core import Event, EventSource
 from apis.kinds import Kind, Registry
 from apis.meta import Object, ObjectMeta, ObjectReference
 from controller.errors import NotFound, StoreError
-from controller.store import Store
+from controller.store.cluster import Cluster
 
 if TYPE_CHECKING:  # controller.loops registers the TTL loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -65,7 +65,7 @@ class EventRecorder:
     """Writes Events through the store on behalf of one component."""
 
     def __init__(
-        self, store: Store, *, component: str, clock: Callable[[], datetime], host: str = ""
+        self, store: Cluster, *, component: str, clock: Callable[[], datetime], host: str = ""
     ) -> None:
         self._store = store
         self._component = component

@@ -29,7 +29,7 @@ from controller.reservations.controller import ReservationController
 from controller.scheduler.config import ConfigInForce
 from controller.scheduler.loop import SchedulerLoop
 from controller.slo.loop import NodeSLOController
-from controller.store import Store
+from controller.store.cluster import Cluster
 from controller.workloads.daemonset import DaemonSetController
 from controller.workloads.deployment import DeploymentController
 from controller.workloads.gc import GarbageCollector
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 class LoopContext:
     """What a loop may touch: the store and the clock (real or simulated)."""
 
-    store: Store
+    store: Cluster
     now: Callable[[], datetime]
 
 
@@ -125,7 +125,7 @@ class LoopRunner:
 
     def __init__(
         self,
-        store: Store,
+        store: Cluster,
         loops: Sequence[ControlLoop],
         *,
         clock: Callable[[], datetime] = _utcnow,
@@ -156,7 +156,7 @@ class LoopRunner:
         # burst of them is one pass, not one per change.
         store = self._store
         while True:
-            seen = store.resource_version
+            seen = store.revision
             wait = self.run_pass()
             if wait == 0.0:
                 # A loop has more to do at once (a bounded scheduler pass): let the other
@@ -166,7 +166,7 @@ class LoopRunner:
             timeout = self._idle if wait is None else min(wait, self._idle)
             try:
                 async with asyncio.timeout(timeout):
-                    await store.changed(seen)
+                    await store.changed_after(seen)
             except TimeoutError:
                 continue
             await asyncio.sleep(self._debounce)

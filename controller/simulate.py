@@ -39,7 +39,7 @@ from controller.descheduler import config as descheduler_config
 from controller.errors import StoreError
 from controller.loops import LOOPS, ControlLoop, LoopContext, LoopFactory, build_loops
 from controller.scheduler import config as scheduler_config
-from controller.store import Store
+from controller.store.memory import MemoryStore
 
 __all__ = [
     "EPOCH",
@@ -104,7 +104,7 @@ def simulate(
     """Run the loops over ``objects``; pure apart from the memory-only store it builds."""
     registry = registry or default_registry()
     clock = _SimClock(_start_time(objects))
-    store = Store(path=None, registry=registry, clock=clock, seed=SEED)
+    store = MemoryStore(registry=registry, clock=clock, seed=SEED)
     try:
         for obj in objects:
             store.apply(obj)

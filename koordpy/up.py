@@ -45,7 +45,7 @@ from controller import app
 from controller.api.address import resolve as resolve_address
 from controller.config import ControllerConfig
 from controller.errors import ControllerError
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime import configfile, lifecycle, logs
 from runtime.bus import Bus
 from runtime.exposition import MetricsAddressError, MetricsEndpoint, serve_metrics

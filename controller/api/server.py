@@ -1,4 +1,4 @@
-"""The controller API server: ``grpc.aio`` over the :class:`~controller.store.Store`.
+"""The controller API server: ``grpc.aio`` over the :class:`~controller.store.sqlite.Store`.
 
 Writes go through ``store.submit`` so concurrent requests share group commits; reads go
 straight to the store. Store errors become gRPC statuses (see ``objects.proto``) carrying the
@@ -37,8 +37,9 @@ from controller import errors
 from controller.api import objects_pb2 as pb
 from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.address import Address, resolve
-from controller.persistence import StorageFull
-from controller.store import Outcome, Store
+from controller.store.cluster import Outcome
+from controller.store.persistence import StorageFull
+from controller.store.sqlite import Store
 
 __all__ = ["MAX_MESSAGE_BYTES", "REASON_KEY", "ApiServer", "ListenError"]
 

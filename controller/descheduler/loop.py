@@ -99,8 +99,8 @@ from controller.descheduler.migration import MODE_EVICT_DIRECTLY, PENDING, RUNNI
 from controller.descheduler.migrationrates import EvictionBuckets
 from controller.errors import StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
-from controller.snapshots import Change, Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Change, Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -193,7 +193,7 @@ class DeschedulerLoop:
         self._ran = False
         self._too_few_nodes = False
         self._jobs_view: object = None
-        self._store: Store | None = None
+        self._store: Cluster | None = None
         self._recorder: EventRecorder | None = None
         self._evictions: EvictionBuckets | None = None
         #: The pod groupings the last cycle read, and their pods by node with each node's

@@ -179,8 +179,8 @@ from controller.events import NORMAL, WARNING, EventRecorder
 from controller.mutations import whole_seconds
 from controller.reservations import AnnotationError
 from controller.reservations.affinity import parse_allocated
-from controller.snapshots import Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -1303,7 +1303,7 @@ class MigrationController:
         self._fixed = limits
         self.limits = limits or Limits()
         self._config_source: tuple[str, str | None] | None = None
-        self._store: Store | None = None
+        self._store: Cluster | None = None
         self._recorder: EventRecorder | None = None
         self._pod_view: Sequence[Object] | None = None
         self._pod_index: World | None = None
@@ -1458,7 +1458,7 @@ class MigrationController:
             log.info("PodMigrationJob %s scavenged", job.metadata.name)
 
     @staticmethod
-    def _delete_reservation(store: Store, name: str) -> None:
+    def _delete_reservation(store: Cluster, name: str) -> None:
         with contextlib.suppress(NotFound):
             store.delete(store.registry.for_type(Reservation), name)
 

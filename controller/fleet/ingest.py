@@ -61,7 +61,7 @@ still tells the report already stored), or after its agent's ``online`` (see ``s
 
 Cost. Messages that arrive together (within ``linger``, 20 ms, of each other, and within
 ``max_linger``, 100 ms, of the first) are written in one store transaction (one SQLite commit,
-and one pass of the control loops) through :meth:`controller.store.Store.submit_many`; each
+and one pass of the control loops) through :meth:`controller.store.sqlite.Store.submit_many`; each
 message's writes still succeed or fail alone. What arrives is taken off the subscription at
 every ``linger`` step, so a body waits unread at most that long. A Node or Device that
 differs from the last body of its topic only in its time stamp (a heartbeat, a
@@ -107,7 +107,8 @@ from controller.fleet.liveness import (
     mark_unreachable,
 )
 from controller.fleet.noderestriction import agent_owns_label, restricted
-from controller.store import Outcome, Store
+from controller.store.cluster import Outcome
+from controller.store.sqlite import Store
 from runtime.bus import (
     CONTROLLER_LEAVES,
     AgentStatus,

@@ -39,7 +39,7 @@ from apis.core import Node, Taint
 from apis.kinds import Kind
 from apis.meta import Condition
 from controller.errors import NotFound, StoreError
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime import lifecycle
 
 __all__ = [

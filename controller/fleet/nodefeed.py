@@ -26,7 +26,7 @@ from apis.kinds import Kind
 from apis.meta import Object, ObjectMeta
 from apis.slo import NodeMetric, NodeSLO
 from controller.errors import NotFound
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime.bus import Bus, node_topic
 
 __all__ = ["NodeFeed", "pod_list"]

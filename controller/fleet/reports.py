@@ -7,7 +7,7 @@ figures and ``status.updateTime``). :func:`without_report` gives an object witho
 and without its resourceVersion (which every stored write changes): two states of an object
 compare equal under it exactly when they differ only in what the agent keeps reporting. The
 store uses it to write such changes to its file at most every ``[store]
-report_write_interval`` seconds (see :class:`controller.store.Store`); anything else, a
+report_write_interval`` seconds (see :class:`controller.store.sqlite.Store`); anything else, a
 label, a taint, a new device, a NodeMetric's collect policy, is written at once.
 """
 

@@ -91,8 +91,8 @@ from controller.queueing.jobs.base import (
     total_request,
 )
 from controller.queueing.jobs.batchjob import BatchJobAdapter
-from controller.snapshots import Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -764,7 +764,7 @@ class JobController:
                     f" got {type(value).__name__}"
                 )
             self._args[name] = value
-        self._store: Store | None = None
+        self._store: Cluster | None = None
         self._recorder: EventRecorder | None = None
         self._reset()
 
@@ -788,7 +788,7 @@ class JobController:
 
     # -- change detection ---------------------------------------------------------------------
 
-    def _changed_jobs(self, snapshot: Snapshot, store: Store, dirty: set[JobKey]) -> None:
+    def _changed_jobs(self, snapshot: Snapshot, store: Cluster, dirty: set[JobKey]) -> None:
         for name, adapter in self._adapters.items():
             view = snapshot.objects(store.registry.for_type(adapter.kind))
             if self._job_views.get(name) is view:
@@ -802,7 +802,7 @@ class JobController:
                     dirty.add(key)
             dirty.update(key for key in self._jobs if key[0] == name and key not in seen)
 
-    def _changed_units(self, snapshot: Snapshot, store: Store, dirty: set[JobKey]) -> None:
+    def _changed_units(self, snapshot: Snapshot, store: Cluster, dirty: set[JobKey]) -> None:
         view = snapshot.objects(store.registry.for_type(QueueUnit))
         if view is self._unit_view:
             return
@@ -827,7 +827,7 @@ class JobController:
                 if key is not None:
                     dirty.add(key)
 
-    def _changed_pods(self, snapshot: Snapshot, store: Store, dirty: set[JobKey]) -> None:
+    def _changed_pods(self, snapshot: Snapshot, store: Cluster, dirty: set[JobKey]) -> None:
         """Track the owned pods changed since the last pass (every pod when the snapshot no
         longer knows which), marking their owners dirty."""
         kind = store.registry.for_type(Pod)
@@ -910,7 +910,7 @@ class JobController:
             return None
         return max(0.0, (min(self._due.values()) - now).total_seconds())
 
-    def _priority_resolver(self, snapshot: Snapshot, store: Store) -> PriorityResolver:
+    def _priority_resolver(self, snapshot: Snapshot, store: Cluster) -> PriorityResolver:
         kind = store.registry.for_type(PriorityClass)
         classes = {
             o.metadata.name: o for o in snapshot.objects(kind) if isinstance(o, PriorityClass)
@@ -922,7 +922,7 @@ class JobController:
         return resolve
 
     def _reconcile_jobs(
-        self, store: Store, snapshot: Snapshot, keys: Sequence[JobKey], now: datetime
+        self, store: Cluster, snapshot: Snapshot, keys: Sequence[JobKey], now: datetime
     ) -> None:
         priority = self._priority_resolver(snapshot, store)
         plans: list[tuple[JobKey, JobPlan]] = []
@@ -955,7 +955,9 @@ class JobController:
         if plans:
             self._write(store, plans, now)
 
-    def _write(self, store: Store, plans: Sequence[tuple[JobKey, JobPlan]], now: datetime) -> None:
+    def _write(
+        self, store: Cluster, plans: Sequence[tuple[JobKey, JobPlan]], now: datetime
+    ) -> None:
         failed: set[JobKey] = set()
 
         def check(keys: Sequence[JobKey], results: Sequence[object]) -> None:

@@ -88,8 +88,8 @@ from controller.queueing.visibility import (
 from controller.quota.check import QuotaIndex, QuotaSums, quota_name
 from controller.quota.status import child_request, quota_status
 from controller.quota.tree import QuotaTree, RuntimeQuota
-from controller.store import Store
-from controller.watching import EventType, Watch
+from controller.store.cluster import Cluster
+from controller.store.watching import EventType, Watch
 
 if TYPE_CHECKING:
     from controller.loops import LoopContext
@@ -217,11 +217,11 @@ class QueueingLoop:
         self._status_interval = status_interval
         self._rand = rand or random.Random(0x51).random
         self._metrics = metrics
-        self._store: Store | None = None
+        self._store: Cluster | None = None
 
     # -- state (reset with every new store) ----------------------------------------------------
 
-    def _reset(self, store: Store, now: datetime) -> None:
+    def _reset(self, store: Cluster, now: datetime) -> None:
         self._store = store
         self._uid_by_key: dict[tuple[str, str], str] = {}
         # Plugins keep state: a factory gives every store (every restart) fresh ones.
@@ -272,7 +272,7 @@ class QueueingLoop:
     def _clock(self) -> datetime:
         return self._now_dt
 
-    def _open(self, store: Store, kind: Kind) -> None:
+    def _open(self, store: Cluster, kind: Kind) -> None:
         watch = store.watch(kind)
         self._watches[kind.key] = watch
         known = self._objects[kind.key]
@@ -315,7 +315,7 @@ class QueueingLoop:
         elif kind is _POD:
             self._changed_pods[key] = None
 
-    def _drain(self, store: Store) -> None:
+    def _drain(self, store: Cluster) -> None:
         for kind in _WATCHED:
             watch = self._watches[kind.key]
             for event in watch.drain():
@@ -331,7 +331,7 @@ class QueueingLoop:
     def _quota_objects(self) -> list[ElasticQuota]:
         return [q for q in self._objects[_QUOTA.key].values() if isinstance(q, ElasticQuota)]
 
-    def _sync_quotas(self, store: Store) -> None:
+    def _sync_quotas(self, store: Cluster) -> None:
         if not self._quotas_dirty:
             return
         self._quotas_dirty = False
@@ -349,7 +349,7 @@ class QueueingLoop:
             self._changed_units.setdefault(key, obj if isinstance(obj, QueueUnit) else None)
         self._write_queues(store, quotas)
 
-    def _write_queues(self, store: Store, quotas: list[ElasticQuota]) -> None:
+    def _write_queues(self, store: Cluster, quotas: list[ElasticQuota]) -> None:
         needs_default = any(u.quota == k.QUOTA_DEFAULT for u in self.engine.units.values())
         desired = {
             (q.metadata.namespace, q.metadata.name): q
@@ -1030,7 +1030,7 @@ class QueueingLoop:
 
     # -- status of queues and quotas ---------------------------------------------------------------
 
-    def _write_status(self, store: Store, now: datetime) -> None:
+    def _write_status(self, store: Cluster, now: datetime) -> None:
         engine = self.engine
         writes: list[Object] = []
         instant = now.timestamp()
@@ -1141,7 +1141,7 @@ class QueueingLoop:
 
     def _flush(
         self,
-        store: Store,
+        store: Cluster,
         writes: Mapping[str, QueueUnit],
         events: list[tuple[Object, str, str, str]],
     ) -> None:

@@ -32,8 +32,8 @@ from apis import qos
 from apis.core import Container, ContainerState, ContainerStatus, Node, Pod
 from apis.duration import Duration, DurationError
 from apis.meta import Condition, Object
-from controller.snapshots import Change
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Change
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -208,7 +208,7 @@ class PodLifecycle:
     name = "pod-lifecycle"
 
     def __init__(self) -> None:
-        self._store: Store | None = None
+        self._store: Cluster | None = None
         self._reset()
 
     def _reset(self) -> None:

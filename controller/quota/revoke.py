@@ -65,8 +65,8 @@ from controller.scheduler.profile import KOORD_SCHEDULER
 
 if TYPE_CHECKING:  # controller.loops lists this loop: no import back at run time
     from controller.loops import LoopContext
-    from controller.snapshots import Snapshot
-    from controller.store import Store
+    from controller.store.cluster import Cluster
+    from controller.store.snapshots import Snapshot
 
 __all__ = [
     "EVICTED",
@@ -243,7 +243,7 @@ class QuotaRevokeLoop:
         self._views: dict[str, QuotaView] = {}
         self._nodes = NodeTotal()
         self._allocatable = ResourceList()
-        self._recorder: tuple[Store, EventRecorder] | None = None
+        self._recorder: tuple[Cluster, EventRecorder] | None = None
 
     def share_configuration(self, shared: ConfigInForce) -> None:
         """Follow ``shared``, the configuration the scheduler loop follows (a loop built with
@@ -256,7 +256,7 @@ class QuotaRevokeLoop:
         """``monitorAllQuotas`` and ``enableRuntimeQuota`` of the args in force."""
         return self.args.monitor_all_quotas and self.args.enable_runtime_quota
 
-    def _events(self, store: Store, ctx: LoopContext) -> EventRecorder:
+    def _events(self, store: Cluster, ctx: LoopContext) -> EventRecorder:
         if self._recorder is None or self._recorder[0] is not store:
             self._recorder = (store, EventRecorder(store, component=KOORD_SCHEDULER, clock=ctx.now))
         return self._recorder[1]
@@ -279,7 +279,7 @@ class QuotaRevokeLoop:
             self.args.delay_evict_time,
         )
 
-    def _current(self, store: Store, snapshot: Snapshot) -> dict[str, QuotaView]:
+    def _current(self, store: Cluster, snapshot: Snapshot) -> dict[str, QuotaView]:
         registry = store.registry
         seen = (
             snapshot.objects(registry.for_type(Pod)),
@@ -332,7 +332,7 @@ class QuotaRevokeLoop:
 
     def _revoke(
         self,
-        store: Store,
+        store: Cluster,
         ctx: LoopContext,
         view: QuotaView,
         pods: Sequence[Pod],

@@ -72,8 +72,8 @@ from controller.scheduler.profile import KOORD_SCHEDULER
 
 if TYPE_CHECKING:  # controller.loops lists this loop: no import back at run time
     from controller.loops import LoopContext
-    from controller.snapshots import Snapshot
-    from controller.store import Store
+    from controller.store.cluster import Cluster
+    from controller.store.snapshots import Snapshot
 
 __all__ = [
     "MAX_REQUEUE_SECONDS",
@@ -344,7 +344,7 @@ class ReservationController:
         #: The scheduler configuration followed (None: ``args`` were given).
         self._config = ConfigInForce() if args is None else None
         self._generation = 0
-        self._recorder: tuple[Store, EventRecorder] | None = None
+        self._recorder: tuple[Cluster, EventRecorder] | None = None
 
     def share_configuration(self, shared: ConfigInForce) -> None:
         """Follow ``shared``, the configuration the scheduler loop follows (a controller built

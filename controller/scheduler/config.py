@@ -78,7 +78,7 @@ from controller.scheduler.profile import (
     WeightedPlugin,
     build_profile,
 )
-from controller.snapshots import Snapshot
+from controller.store.snapshots import Snapshot
 
 __all__ = [
     "API_VERSIONS",

@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from apis.core import Pod
     from controller.scheduler.nodetable import NodeTable
     from controller.scheduler.podinfo import PodInfo
-    from controller.snapshots import Snapshot
+    from controller.store.snapshots import Snapshot
 
 __all__ = [
     "MAX_NODE_SCORE",

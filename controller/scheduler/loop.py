@@ -120,8 +120,8 @@ from controller.scheduler.profile import (
     profiles_by_scheduler,
 )
 from controller.scheduler.scheduling_queue import QueuedPod, SchedulingQueue
-from controller.snapshots import Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -235,7 +235,7 @@ class SchedulerLoop:
         self._generation = 0
         self._install(tuple(profiles) if profiles is not None else (default_profile(),))
         self._metrics = metrics
-        self._store: Store | None = None
+        self._store: Cluster | None = None
         self._reset()
 
     def _install(self, profiles: tuple[Profile, ...]) -> None:
@@ -479,7 +479,7 @@ class SchedulerLoop:
                 self._queue.delete(key)
         return freed
 
-    def _schedule_ready(self, store: Store, now: datetime) -> None:
+    def _schedule_ready(self, store: Cluster, now: datetime) -> None:
         binds: list[tuple[QueuedPod, Profile, Decision, BindPlan]] = []
         explained: list[tuple[Object, str, Object | None]] = []
         preempted: list[tuple[Pod, str, tuple[Pod, ...]]] = []
@@ -549,7 +549,7 @@ class SchedulerLoop:
 
     def _bind(
         self,
-        store: Store,
+        store: Cluster,
         binds: list[tuple[QueuedPod, Profile, Decision, BindPlan]],
         now: datetime,
     ) -> None:
@@ -684,7 +684,7 @@ class SchedulerLoop:
             return (reservation, message, _unschedulable_reservation(reservation, message, now))
         return (pod, message, scheduler_error_pod(pod, message, now))
 
-    def _explain(self, store: Store, explained: list[tuple[Object, str, Object | None]]) -> None:
+    def _explain(self, store: Cluster, explained: list[tuple[Object, str, Object | None]]) -> None:
         """Write the changed conditions in one transaction, then one Event per attempt."""
         updates: list[Object] = [updated for _, _, updated in explained if updated is not None]
         for result in store.update_many(updates) if updates else []:
@@ -753,7 +753,7 @@ class SchedulerLoop:
             return (reservation, message, _unschedulable_reservation(reservation, message, now))
         return (pod, message, updated)
 
-    def _preempt(self, store: Store, preempted: list[tuple[Pod, str, tuple[Pod, ...]]]) -> None:
+    def _preempt(self, store: Cluster, preempted: list[tuple[Pod, str, tuple[Pod, ...]]]) -> None:
         """Delete the victims of each preemption, with a ``Preempted`` Event on each."""
         kind = store.registry.for_type(Pod)
         for preemptor, node, victims in preempted:

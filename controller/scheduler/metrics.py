@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from controller.scheduler.cycle import Decision
     from controller.scheduler.profile import Profile
     from controller.scheduler.scheduling_queue import QueuedPod, SchedulingQueue
-    from controller.snapshots import Snapshot
+    from controller.store.snapshots import Snapshot
 
 __all__ = ["PLUGIN_SAMPLE_EVERY", "SchedulerMetrics", "status_name"]
 

@@ -32,8 +32,8 @@ from controller.errors import StoreError
 from controller.events import WARNING, EventRecorder
 from controller.slo.config import COLOCATION_KEY, KEYS, SLOConfigError, Strategies, parse_key
 from controller.slo.render import SLOConfig, render
-from controller.snapshots import Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -246,7 +246,7 @@ class NodeSLOController:
             raise failed[0]
 
     def _forget_gone(
-        self, store: Store, kind: Kind, nodes: Sequence[object], slos: Sequence[object]
+        self, store: Cluster, kind: Kind, nodes: Sequence[object], slos: Sequence[object]
     ) -> None:
         """Delete the NodeSLOs of nodes that are gone; forget what was cached for them."""
         names = {n.metadata.name for n in nodes if isinstance(n, Node)}

@@ -1,4 +1,6 @@
-"""The controller's object store: Kubernetes objects with Kubernetes semantics.
+"""The in-memory backend of the :class:`~controller.store.cluster.Cluster` seam: Kubernetes
+objects with Kubernetes semantics (``koordpy simulate``; the base of the SQLite backend,
+:mod:`controller.store.sqlite`).
 
 - Namespaced kinds default to namespace ``default``; cluster-scoped objects have none.
 - ``metadata.resourceVersion`` is the decimal string of one global counter, increased by every
@@ -17,34 +19,20 @@
   (:mod:`controller.admission`) inside the write's transaction, which may change it or refuse
   it (``Invalid``, ``Forbidden``); a refused write stores nothing. So is an object whose JSON
   is over :data:`MAX_OBJECT_BYTES` (1.5 MiB, what the API server can store).
-- Watches deliver ADDED/MODIFIED/DELETED in resourceVersion order (:mod:`controller.watching`);
-  control loops read immutable snapshots (:mod:`controller.snapshots`).
+- Watches deliver ADDED/MODIFIED/DELETED in resourceVersion order
+  (:mod:`controller.store.watching`); control loops read immutable snapshots
+  (:mod:`controller.store.snapshots`).
 
-Transactions and durability. Every write runs in a transaction. A synchronous write method
-(``create``, ``update``, ``apply``, ``delete``, ``apply_many``) called on its own is one
-transaction, committed to SQLite before it returns. ``submit(op)`` queues ``op`` for the
-committer task, which runs everything queued so far in one transaction, commits it, publishes
-the watch events, and then resolves each caller with its op's result or exception. An op that
-raises rolls back only its own changes; the others in the batch still commit. Writes made by an
-op (or by ``apply_many``) and ``get``/``list`` called from inside it see that transaction's
-changes; everywhere else reads see committed state only.
+Transactions. Every write runs in a transaction. A synchronous write method (``create``,
+``update``, ``apply``, ``delete``, ``apply_many``) called on its own is one transaction,
+committed (kept by the backend: :meth:`MemoryStore._persist`) before it returns.
+``submit(op)`` queues ``op`` for the committer task, which runs everything queued so far in
+one transaction, commits it, publishes the watch events, and then resolves each caller with
+its op's result or exception. An op that raises rolls back only its own changes; the others in
+the batch still commit. Writes made by an op (or by ``apply_many``) and ``get``/``list`` called
+from inside it see that transaction's changes; everywhere else reads see committed state only.
 
-Agents' reports. With ``report_write_interval`` > 0, a committed change to an object of a kind
-in ``without_report`` (:data:`controller.fleet.reports.WITHOUT_REPORT`: Node, Device, NodeMetric)
-that only brings its agent's newer report (the Node's heartbeat, the Device's reported-at, the
-NodeMetric's status) is visible, published and kept in memory at once, but written to the file
-at most that many seconds later, with the object as it is then (as Kubernetes keeps a node's
-heartbeat apart from its status, and metrics out of its database). Any other change to the
-object writes it at once, and closing the store writes every one left. A process killed before
-then comes back with those objects as of their last write: an older report, which the agent's
-next one (or the broker's retained copy) replaces; node liveness restarts its clock with the
-controller anyway (:mod:`controller.fleet.liveness`). The resourceVersion counter is written by
-every
-commit, so versions never go back.
-
-The store is used from one thread (the event loop's, or a plain script's). With ``path=None``
-it keeps everything in memory and behaves the same, minus persistence. See
-:mod:`controller.persistence` for what "committed" guarantees.
+The store is used from one thread (the event loop's, or a plain script's).
 """
 
 from __future__ import annotations
@@ -53,14 +41,12 @@ import asyncio
 import base64
 import bisect
 import builtins
-import enum
 import functools
 import logging
 import os
 import random
-import time
 import weakref
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -71,18 +57,25 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar, cast
 import msgspec
 
 from apis import validation
-from apis.codec import decode_json
-from apis.errors import DecodeError
 from apis.kinds import Kind, Registry, default_registry
 from apis.labels import Selector
 from apis.meta import Object, ObjectMeta
 from controller import admission, mutations
-from controller.errors import AlreadyExists, Conflict, Expired, Invalid, NotFound, StoreError
-from controller.persistence import Database, StorageFull, Synchronous, encode
-from controller.snapshots import KindView, LazyView, Snapshot
-from controller.watching import Change, EventType, Watch, WatchEvent, WatchHub
+from controller.errors import (
+    AlreadyExists,
+    Conflict,
+    Expired,
+    Invalid,
+    NotFound,
+    StorageFull,
+    StoreError,
+)
+from controller.store.cluster import Outcome
+from controller.store.encoding import encode
+from controller.store.snapshots import KindView, LazyView, Snapshot
+from controller.store.watching import Change, EventType, Watch, WatchEvent, WatchHub
 
-__all__ = ["EventType", "Outcome", "Page", "Snapshot", "Store", "Watch", "WatchEvent"]
+__all__ = ["EventType", "MemoryStore", "Outcome", "Page", "Snapshot", "Watch", "WatchEvent"]
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +93,7 @@ _GENERATE_ATTEMPTS = 16
 #: Changes to a kind after which its next view no longer offers what was worked out from the
 #: one before to be updated (:meth:`Snapshot.derived`): working it out anew is as cheap then.
 MAX_CHANGED_SINCE = 10_000
-#: Recently stored objects whose JSON :meth:`Store.encode` keeps (encoded once, served often).
+#: Recently stored objects whose JSON :meth:`MemoryStore.encode` keeps (encoded once, served often).
 ENCODED_CACHE_SIZE = 8_192
 #: The most bytes of JSON an object may be stored as (etcd's request limit, which the API
 #: server answers a larger object with: "request is too large").
@@ -140,13 +133,6 @@ _FINALIZERS_FORBIDDEN = validation.FieldError(
     "Forbidden",
     "no new finalizers can be added if the object is being deleted",
 )
-
-
-class Outcome(enum.StrEnum):
-    CREATED = "created"
-    CONFIGURED = "configured"
-    UNCHANGED = "unchanged"
-    DELETED = "deleted"
 
 
 def _utcnow() -> datetime:
@@ -198,7 +184,7 @@ class _Transaction:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """One page of a list (:meth:`Store.list_page`): ``continue_`` is empty on the last."""
+    """One page of a list (:meth:`MemoryStore.list_page`): ``continue_`` is empty on the last."""
 
     items: list[Object]
     resource_version: int
@@ -276,7 +262,7 @@ def _merged(
 
 @dataclass(slots=True)
 class _Pending:
-    op: Callable[[Store], Any]
+    op: Callable[[Any], Any]  # of the store running it
     future: asyncio.Future[Any]
 
 
@@ -297,27 +283,18 @@ def _detached_view(
     return KindView.build(objects, order)
 
 
-class Store:
-    """Every object of the controller; see the module docstring for the semantics."""
+class MemoryStore:
+    """Every object of the controller, in memory; see the module docstring for the semantics."""
 
     def __init__(
         self,
         *,
-        path: Path | None = None,
         registry: Registry | None = None,
         clock: Callable[[], datetime] = _utcnow,
-        synchronous: Synchronous = "NORMAL",
         history_size: int = 10_000,
         watch_queue_size: int = 1_024,
         seed: int | None = None,
-        without_report: Mapping[type[Object], Callable[[Any], Object]] | None = None,
-        report_write_interval: float = 0.0,
-        start_fresh: bool = False,
     ) -> None:
-        if not report_write_interval >= 0:
-            raise ValueError(
-                f"report_write_interval must be >= 0 seconds, got {report_write_interval!r}"
-            )
         self._registry = registry if registry is not None else default_registry()
         self._clock = clock
         self._shapes: dict[type[Object], mutations.Shape] = {}
@@ -352,53 +329,6 @@ class Store:
         self._uid_pos = 0
         #: id(object) -> (object, its JSON); holding the object keeps its id from being reused
         self._encoded: OrderedDict[int, tuple[Object, bytes]] = OrderedDict()
-        # Reports written behind (see "Agents' reports" above).
-        self._without_report = dict(without_report or {}) if report_write_interval > 0 else {}
-        self._report_write_interval = report_write_interval
-        #: key -> what the file holds of it, without the report (kinds in ``_without_report``)
-        self._written: dict[Key, Object] = {}
-        #: key -> when its newer state in memory is due in the file (monotonic; in that order)
-        self._behind: dict[Key, float] = {}
-        self._behind_timer: asyncio.TimerHandle | None = None
-        self._db: Database | None = None
-        if path is not None:
-            self._db = Database(path, synchronous=synchronous, start_fresh=start_fresh)
-            try:
-                self._load(self._db)
-            except BaseException:
-                self._db.close()
-                raise
-
-    def _load(self, db: Database) -> None:
-        unknown: Counter[str] = Counter()
-        count = 0
-        for key, namespace, name, data in db.rows():
-            bucket = self._objects.get(key)
-            if bucket is None:
-                unknown[key] += 1
-                continue
-            kind = self._registry.for_key(key)
-            try:
-                obj = decode_json(data, kind.type)
-            except DecodeError as err:
-                raise StoreError(
-                    f"state file {db.path}: stored {kind.qualified_plural}"
-                    f" {namespace}/{name} does not decode: {err}",
-                    kind=kind,
-                    namespace=namespace,
-                    name=name,
-                ) from err
-            bucket[(namespace, name)] = obj
-            count += 1
-        for key, n in sorted(unknown.items()):
-            log.warning(
-                "state file %s holds %d objects of unknown kind %s; kept, not served",
-                db.path,
-                n,
-                key,
-            )
-        self._version = db.resource_version()
-        log.info("loaded %d objects at resourceVersion %d from %s", count, self._version, db.path)
 
     # -- properties --------------------------------------------------------------------------
 
@@ -410,6 +340,15 @@ class Store:
     def resource_version(self) -> int:
         """The version of the last committed write."""
         return self._version
+
+    @property
+    def revision(self) -> str:
+        """:attr:`resource_version` as the seam's opaque token."""
+        return str(self._version)
+
+    async def changed_after(self, revision: str) -> str:
+        """:meth:`changed` with the seam's opaque token."""
+        return str(await self.changed(int(revision)))
 
     async def changed(self, after: int) -> int:
         """Wait until a write is committed after resourceVersion ``after`` (at once when one
@@ -425,7 +364,8 @@ class Store:
 
     @property
     def path(self) -> Path | None:
-        return self._db.path if self._db is not None else None
+        """The state file (None: this store keeps nothing beyond the process)."""
+        return None
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -652,7 +592,7 @@ class Store:
         )
 
     def encode(self, obj: Object) -> bytes:
-        """``obj`` as JSON, the bytes it is stored as (:func:`controller.persistence.encode`).
+        """``obj`` as JSON, the bytes it is stored as (:func:`controller.store.persistence.encode`).
 
         Objects the store returned or published recently were encoded once when committed, so
         answering a write, a list or many watchers does not encode the same object again.
@@ -943,35 +883,7 @@ class Store:
         staged = txn.staged
         if not staged:
             return
-        if self._db is not None:
-            upserts: builtins.list[tuple[str, str, str, bytes]] = []
-            deletes: builtins.list[Key] = []
-            without_report = self._without_report
-            #: keys written (or deleted) now -> what the file holds, without the report (None: gone)
-            done: dict[Key, Object | None] = {}
-            deferred: builtins.list[Key] = []
-            for key, obj in staged.items():
-                if obj is None:
-                    deletes.append(key)
-                    if without_report:
-                        done[key] = None
-                    continue
-                if without_report:
-                    strip = without_report.get(type(obj))
-                    if strip is not None:
-                        bare = strip(obj)
-                        if self._written.get(key) == bare:
-                            deferred.append(key)  # only its agent's report changed
-                            continue
-                        done[key] = bare
-                data = self.encode(obj)  # encoded when staged
-                upserts.append((key[0], key[1], key[2], data))
-            now = time.monotonic()
-            if self._behind:
-                self._behind_rows(now, staged, done, upserts)
-            self._db.write(upserts, deletes, txn.resource_version)
-            if done or deferred:
-                self._wrote_behind(done, deferred, now)
+        self._persist(txn)
         objects, views, unread, order = self._objects, self._views, self._unread, self._order
         for kind in {key[0] for key in staged}:
             views.pop(kind, None)
@@ -1018,84 +930,18 @@ class Store:
             self._changed = None
             changed.set()
 
-    # -- reports written behind --------------------------------------------------------------
+    # -- what a backend keeping the objects elsewhere adds ---------------------------------
 
-    def _behind_rows(
-        self,
-        until: float | None,
-        staged: dict[Key, Object | None],
-        done: dict[Key, Object | None],
-        upserts: builtins.list[tuple[str, str, str, bytes]],
-    ) -> None:
-        """Add the rows of the objects written behind that are due by ``until`` (all when
-        None), recording in ``done`` what the file will hold of them."""
-        objects = self._objects
-        for key, when in self._behind.items():
-            if until is not None and when > until:
-                break
-            if key in done:
-                continue
-            obj = staged[key] if key in staged else objects[key[0]].get((key[1], key[2]))
-            if obj is None:
-                done[key] = None
-                continue
-            done[key] = self._without_report[type(obj)](obj)
-            data = encode(obj)
-            upserts.append((key[0], key[1], key[2], data))
-            self._remember(obj, data)
+    def _persist(self, txn: _Transaction) -> None:
+        """Keep what ``txn`` staged before it is visible (raise ``StoreError`` to refuse the
+        commit: nothing of it is then visible or published)."""
 
-    def _wrote_behind(
-        self, done: dict[Key, Object | None], deferred: builtins.list[Key], now: float
-    ) -> None:
-        """After a write to the file: what it now holds, and which changes wait for a later
-        one (due ``report_write_interval`` seconds after the first of them)."""
-        written, behind = self._written, self._behind
-        for key, bare in done.items():
-            behind.pop(key, None)
-            if bare is None:
-                written.pop(key, None)
-            else:
-                written[key] = bare
-        due = now + self._report_write_interval
-        for key in deferred:
-            if key not in done:
-                behind.setdefault(key, due)
-        self._arm_behind()
-
-    def _arm_behind(self, delay: float | None = None) -> None:
-        """Time the write of the next changes due (a store used without an event loop
-        writes them with its next commit, or when closed)."""
-        if self._behind_timer is not None or not self._behind:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        if delay is None:
-            delay = max(0.0, next(iter(self._behind.values())) - time.monotonic())
-        self._behind_timer = loop.call_later(delay, self._write_behind)
-
-    def _write_behind(self, *, every: bool = False) -> None:
-        """Write the changes due now (``every``: all of them)."""
-        self._behind_timer = None
-        db = self._db
-        if db is None or not self._behind:
-            return
-        now = time.monotonic()
-        done: dict[Key, Object | None] = {}
-        upserts: builtins.list[tuple[str, str, str, bytes]] = []
-        self._behind_rows(None if every else now, {}, done, upserts)
-        try:
-            db.write(upserts, [], self._version)
-        except StoreError as err:
-            log.warning("reports not written to the state file yet: %s", err)
-            self._arm_behind(self._report_write_interval)
-            return
-        self._wrote_behind(done, [], now)
+    def _release(self) -> None:
+        """Closing: release what the backend holds (after every watch ended)."""
 
     # -- group commit ------------------------------------------------------------------------
 
-    async def submit(self, op: Callable[[Store], T]) -> T:
+    async def submit(self, op: Callable[[Self], T]) -> T:
         """Run ``op(store)`` in the next group commit; its result once that batch is committed.
 
         ``op`` calls the synchronous write (and read) methods; what it raises is raised here,
@@ -1104,7 +950,7 @@ class Store:
         return await self.submit_nowait(op)
 
     def submit_many(
-        self, ops: Sequence[Callable[[Store], Any]]
+        self, ops: Sequence[Callable[[Self], Any]]
     ) -> asyncio.Future[builtins.list[tuple[bool, Any]]]:
         """Many ops in the next group commit, with one future: ``(True, result)`` or
         ``(False, exception)`` for each, in order; each op's changes are rolled back alone
@@ -1112,7 +958,7 @@ class Store:
         batch = tuple(ops)
         return self.submit_nowait(lambda store: store._run_each(batch))
 
-    def _run_each(self, ops: tuple[Callable[[Store], Any], ...]) -> builtins.list[tuple[bool, Any]]:
+    def _run_each(self, ops: tuple[Callable[[Any], Any], ...]) -> builtins.list[tuple[bool, Any]]:
         txn = self._txn
         assert txn is not None, "runs inside a group commit"
         results: builtins.list[tuple[bool, Any]] = []
@@ -1125,7 +971,7 @@ class Store:
                 results.append((False, err))
         return results
 
-    def submit_nowait(self, op: Callable[[Store], T]) -> asyncio.Future[T]:
+    def submit_nowait(self, op: Callable[[Self], T]) -> asyncio.Future[T]:
         """:meth:`submit` without the coroutine: the future of ``op``'s result (for callers
         handing in many writes at once, which gather the futures)."""
         if self._closing or self._closed:
@@ -1243,14 +1089,7 @@ class Store:
         self._hub.close()
         if self._changed is not None:
             self._changed.set()  # the waiters find the store closed
-        if self._behind_timer is not None:
-            self._behind_timer.cancel()
-            self._behind_timer = None
-        if self._db is not None:
-            try:
-                self._write_behind(every=True)
-            finally:
-                self._db.close()
+        self._release()
 
     async def aclose(self) -> None:
         """Commit what is queued, stop the committer, then :meth:`close`."""

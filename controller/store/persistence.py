@@ -54,14 +54,10 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import msgspec
-
-from apis import codec
-from apis.duration import Duration
-from apis.resources import ResourceList
-from controller.errors import StoreError
+from controller.errors import StorageFull, StoreError
+from controller.store.encoding import encode
 
 __all__ = ["SCHEMA_VERSION", "Database", "Lost", "StorageFull", "Synchronous", "encode"]
 
@@ -77,10 +73,6 @@ WAL_LIMIT_FRAMES = 16_384
 _FRAME_BYTES = 4096 + 24
 #: Bytes a restarted WAL file is cut back to (``PRAGMA journal_size_limit``).
 WAL_KEEP_BYTES = 4 * 1024 * 1024
-
-
-class StorageFull(StoreError):  # noqa: N818 - a state, as errors.NotFound
-    """The file system holding the state file has no room for the write (or the start)."""
 
 
 class Lost(StoreError):  # noqa: N818 - a state, as errors.NotFound
@@ -104,24 +96,6 @@ _SET_VERSION = "UPDATE counters SET value = ? WHERE name = 'resource_version'"
 
 Row = tuple[str, str, str, bytes]
 Key = tuple[str, str, str]
-
-
-def _enc_hook(value: Any) -> Any:
-    if type(value) is ResourceList:
-        return value.stored_form()  # the text it came with, or its wire form (kept by it)
-    if type(value) is Duration:
-        return str(value)
-    return codec.to_builtins(value)
-
-
-_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
-
-
-def encode(obj: Any) -> bytes:
-    """An object's stored JSON: the bytes :func:`apis.codec.encode_json` gives, except that a
-    resource list decoded from plain and milli numbers keeps their text (see
-    :mod:`apis.resources`; it reads back to the same amounts)."""
-    return _ENCODER.encode(obj)
 
 
 class _Checkpointer:

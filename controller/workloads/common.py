@@ -33,8 +33,8 @@ from apis.core import Pod, PodStatus, PodTemplateSpec
 from apis.meta import LabelSelector, Object, ObjectMeta, OwnerReference
 from controller.errors import NotFound, StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
-from controller.snapshots import Change, Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Change, Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers these loops: importing it here would be circular
     from controller.loops import LoopContext
@@ -338,7 +338,7 @@ class WorkloadLoop:
     inputs: ClassVar[tuple[type[Object], ...]] = (Pod,)
 
     def __init__(self) -> None:
-        self._store: Store | None = None
+        self._store: Cluster | None = None
         self._views: tuple[Sequence[Object], ...] | None = None
         self._wake: datetime | None = None
         self._recorder: EventRecorder | None = None
@@ -355,7 +355,7 @@ class WorkloadLoop:
         done = "Created" if verb == "create" else "Deleted"
         return Note(owner, f"Successful{verb.title()}", f"{done} pod: {pod.metadata.name}")
 
-    def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
+    def plan(self, owner: Object, snapshot: Snapshot, store: Cluster, now: datetime) -> Plan:
         raise NotImplementedError
 
     def reconcile(self, ctx: LoopContext) -> float | None:
@@ -399,7 +399,7 @@ class WorkloadLoop:
             return None
         return max(0.0, (self._wake - now).total_seconds())
 
-    def _write(self, store: Store, plans: Sequence[tuple[Object | None, Plan]]) -> bool:
+    def _write(self, store: Cluster, plans: Sequence[tuple[Object | None, Plan]]) -> bool:
         """Every plan's writes and Events (a plan without an owner records none); False when
         a write failed (the owners are looked at again)."""
         failed: set[int] = set()
@@ -447,13 +447,13 @@ class WorkloadLoop:
             log.warning("%s: recording %d events failed: %s", self.name, len(notes), err)
 
 
-def delete(store: Store, obj: Object, loop: str) -> bool:
+def delete(store: Cluster, obj: Object, loop: str) -> bool:
     """Delete ``obj`` (already gone is fine); False when the store refused."""
     error = delete_error(store, obj, loop)
     return error is None or isinstance(error, NotFound)
 
 
-def delete_error(store: Store, obj: Object, loop: str) -> StoreError | None:
+def delete_error(store: Cluster, obj: Object, loop: str) -> StoreError | None:
     """Delete ``obj``; the store's error (:class:`NotFound`: it was gone already), if any."""
     try:
         store.delete(

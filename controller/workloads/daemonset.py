@@ -45,8 +45,8 @@ from apis.core import (
 from apis.meta import Object
 from controller.scheduler.plugins.nodeaffinity import NAME_FIELD, selector_matches
 from controller.scheduler.plugins.tainttoleration import NO_EXECUTE, NO_SCHEDULE, tolerated
-from controller.snapshots import Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Snapshot
 from controller.workloads.common import (
     LABEL_CONTROLLER_REVISION_HASH,
     Plan,
@@ -265,7 +265,7 @@ class DaemonSetController(WorkloadLoop):
     owner_type: ClassVar[type[Object]] = DaemonSet
     inputs: ClassVar[tuple[type[Object], ...]] = (Pod, Node)
 
-    def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
+    def plan(self, owner: Object, snapshot: Snapshot, store: Cluster, now: datetime) -> Plan:
         assert isinstance(owner, DaemonSet)
         owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner, regroup_by_owner)
         nodes = [n for n in snapshot.objects(store.registry.for_type(Node)) if isinstance(n, Node)]

@@ -39,8 +39,8 @@ from apis.apps import (
     scaled_value,
 )
 from apis.meta import Condition, Object, ObjectMeta
-from controller.snapshots import Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Snapshot
 from controller.workloads.common import (
     LABEL_POD_TEMPLATE_HASH,
     Note,
@@ -327,7 +327,7 @@ class DeploymentController(WorkloadLoop):
     owner_type: ClassVar[type[Object]] = Deployment
     inputs: ClassVar[tuple[type[Object], ...]] = (ReplicaSet,)
 
-    def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
+    def plan(self, owner: Object, snapshot: Snapshot, store: Cluster, now: datetime) -> Plan:
         assert isinstance(owner, Deployment)
         owned = snapshot.derived(store.registry.for_type(ReplicaSet), replica_sets_by_owner)
         return plan_deployment(owner, owned.get(owner.metadata.uid, ()), now)

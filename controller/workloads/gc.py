@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from apis.apps import DaemonSet, Deployment, ReplicaSet, StatefulSet
 from apis.core import Pod
 from apis.meta import Object
-from controller.snapshots import Change
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Change
 from controller.workloads.common import delete, group_pods, regroup_pods
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -69,7 +69,7 @@ class GarbageCollector:
     name = "workload-gc"
 
     def __init__(self) -> None:
-        self._store: Store | None = None
+        self._store: Cluster | None = None
         self._views: tuple[Sequence[Object], ...] | None = None
 
     def reconcile(self, ctx: LoopContext) -> float | None:

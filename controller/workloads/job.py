@@ -63,8 +63,8 @@ from controller.queueing.jobcontroller import (
     batch_job_labels,
     held_by_queue,
 )
-from controller.snapshots import Change, Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Change, Snapshot
 from controller.workloads.common import (
     Note,
     Plan,
@@ -665,7 +665,7 @@ class BatchJobController(WorkloadLoop):
             return None
         return super().pod_event(owner, pod, verb, error)
 
-    def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
+    def plan(self, owner: Object, snapshot: Snapshot, store: Cluster, now: datetime) -> Plan:
         assert isinstance(owner, Job)
         owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner, regroup_by_owner)
         pods = owned.get(owner.metadata.uid, ())

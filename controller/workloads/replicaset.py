@@ -20,8 +20,8 @@ from typing import ClassVar
 from apis.apps import ReplicaSet, ReplicaSetStatus
 from apis.core import Pod
 from apis.meta import Object
-from controller.snapshots import Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Snapshot
 from controller.workloads.common import (
     Plan,
     WorkloadLoop,
@@ -82,7 +82,7 @@ class ReplicaSetController(WorkloadLoop):
     component = "replicaset-controller"
     owner_type: ClassVar[type[Object]] = ReplicaSet
 
-    def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
+    def plan(self, owner: Object, snapshot: Snapshot, store: Cluster, now: datetime) -> Plan:
         assert isinstance(owner, ReplicaSet)
         owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner, regroup_by_owner)
         return plan_replica_set(owner, owned.get(owner.metadata.uid, ()), now)

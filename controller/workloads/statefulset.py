@@ -31,8 +31,8 @@ from apis.apps import ON_DELETE, PARALLEL, StatefulSet, StatefulSetStatus
 from apis.core import Pod
 from apis.meta import Object
 from controller.events import WARNING
-from controller.snapshots import Snapshot
-from controller.store import Store
+from controller.store.cluster import Cluster
+from controller.store.snapshots import Snapshot
 from controller.workloads.common import (
     LABEL_CONTROLLER_REVISION_HASH,
     Note,
@@ -181,7 +181,7 @@ class StatefulSetController(WorkloadLoop):
             return Note(owner, f"Failed{verb.title()}", f"{what} failed error: {error}", WARNING)
         return Note(owner, f"Successful{verb.title()}", f"{what} successful")
 
-    def plan(self, owner: Object, snapshot: Snapshot, store: Store, now: datetime) -> Plan:
+    def plan(self, owner: Object, snapshot: Snapshot, store: Cluster, now: datetime) -> Plan:
         assert isinstance(owner, StatefulSet)
         owned = snapshot.derived(store.registry.for_type(Pod), pods_by_owner, regroup_by_owner)
         return plan_stateful_set(owner, owned.get(owner.metadata.uid, ()), now)

@@ -21,7 +21,7 @@ from apis.core import Container, Event, Pod, PodSpec
 from apis.meta import ObjectMeta
 from controller.errors import NotFound
 from controller.fleet.ingest import Ingest
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime.bus import Bus
 from tests.fakes.publisher import RecordingPublisher
 from tests.fakes.tls import self_signed

@@ -15,7 +15,7 @@ from apis.meta import ObjectMeta
 from apis.scheduling import Device
 from apis.slo import NodeSLOSpec
 from controller.errors import Invalid
-from controller.store import Store
+from controller.store.sqlite import Store
 
 DATA = Path(__file__).parent.parent / "data" / "vendor-cli"
 #: The bus IDs mx-smi prints for an 8 x MetaX C500 node (``dddd:bb:dd.f``).

@@ -145,7 +145,7 @@ def test_a_report_map_reads_to_the_same_amounts_and_prints_canonically() -> None
 
 
 def test_a_deferred_list_is_stored_with_the_text_it_came_with() -> None:
-    from controller.persistence import encode
+    from controller.store.persistence import encode
 
     decoded = decode_json(b'{"resources":{"cpu":"4","memory":"1024"}}', ResourceMap)
     stored = encode(decoded)

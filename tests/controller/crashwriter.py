@@ -12,7 +12,7 @@ import itertools
 import sys
 from pathlib import Path
 
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.storekinds import REGISTRY, creating, widget
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from controller.errors import StoreError
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.storekinds import REGISTRY, widget
 
 

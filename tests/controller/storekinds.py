@@ -11,7 +11,7 @@ import msgspec
 from apis.kinds import Kind, Registry
 from apis.meta import Model, Object, ObjectMeta
 from apis.resources import ResourceList
-from controller.store import Store
+from controller.store.sqlite import Store
 
 ObjT = TypeVar("ObjT", bound=Object)
 

@@ -32,7 +32,7 @@ from controller.api.client import (
     WatchEvent,
 )
 from controller.api.server import ApiServer, ListenError
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.fakes.tls import self_signed
 
 PODS = default_registry().resolve("pods")

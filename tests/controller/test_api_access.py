@@ -13,7 +13,7 @@ import pytest
 
 from controller.api.server import ApiServer
 from controller.api.token import MIN_TOKEN_LENGTH, TokenError, read_token_file
-from controller.store import Store
+from controller.store.sqlite import Store
 from koordpy import cli
 from tests.fakes.tls import self_signed
 

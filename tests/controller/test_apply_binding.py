@@ -7,7 +7,8 @@ import msgspec
 from apis.core import Container, Pod, PodSpec
 from apis.kinds import default_registry
 from apis.meta import ObjectMeta
-from controller.store import Outcome, Store
+from controller.store.cluster import Outcome
+from controller.store.sqlite import Store
 
 DEVICES = "scheduling.koordinator.sh/device-allocated"
 replace = msgspec.structs.replace

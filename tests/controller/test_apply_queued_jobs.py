@@ -13,7 +13,8 @@ from apis import constants as k
 from apis.core import Job, PyTorchJob
 from apis.meta import Object
 from controller.queueing.jobs import EXTENSIONS
-from controller.store import Outcome, Store
+from controller.store.cluster import Outcome
+from controller.store.sqlite import Store
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

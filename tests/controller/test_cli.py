@@ -19,7 +19,7 @@ from apis.kinds import default_registry
 from controller.api.client import Client
 from controller.api.server import ApiServer
 from controller.cli import commands as verbs
-from controller.store import Store
+from controller.store.sqlite import Store
 from koordpy.cli import main
 
 PODS = default_registry().resolve("po")

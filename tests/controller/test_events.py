@@ -17,7 +17,7 @@ from controller.api.client import Client, Unreachable
 from controller.config import ControllerConfig, StoreSection
 from controller.events import EVENT_TTL, MAX_MESSAGE_BYTES, NORMAL, WARNING, EventRecorder, EventTTL
 from controller.loops import LoopContext
-from controller.store import Store
+from controller.store.sqlite import Store
 
 
 class Clock:

@@ -17,7 +17,8 @@ from controller.api import objects_pb2 as pb
 from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.server import ApiServer
 from controller.fleet.ingest import Ingest, Result
-from controller.store import MAX_OBJECT_BYTES, Store
+from controller.store.memory import MAX_OBJECT_BYTES
+from controller.store.sqlite import Store
 from runtime.bus import Bus, Message, node_topic
 from tests.controller.test_cli import Koordpy, ServerThread
 

@@ -22,7 +22,7 @@ from apis.meta import REPORTED_AT_ANNOTATION, Object, ObjectMeta, ObjectReferenc
 from apis.scheduling import Device
 from apis.slo import NodeMetric, NodeMetricStatus
 from controller.fleet.ingest import AGENT_LABELS_ANNOTATION, Ingest, Result
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime.bus import Bus, Message, node_topic
 
 GIB = 1 << 30

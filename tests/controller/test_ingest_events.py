@@ -12,7 +12,7 @@ from apis.codec import encode_json
 from apis.core import Event, Pod, PodSpec
 from apis.meta import ObjectMeta, ObjectReference
 from controller.fleet.ingest import EVENT_BURST, EVENT_QPS, Ingest, Result
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime.bus import Bus, Message, node_topic
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

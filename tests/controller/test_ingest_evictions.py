@@ -14,7 +14,7 @@ from apis.eviction import EvictionRequest
 from apis.meta import ObjectMeta
 from controller.errors import NotFound
 from controller.fleet.ingest import Ingest, Result
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime.bus import Bus, Message, node_topic
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -16,7 +16,7 @@ from apis.core import Node, Taint
 from apis.meta import ObjectMeta
 from controller.fleet.ingest import Ingest, Result
 from controller.fleet.liveness import Liveness
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime.bus import Bus, Message, node_topic
 
 GIB = 1 << 30

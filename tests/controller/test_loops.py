@@ -11,7 +11,7 @@ import pytest
 from apis.core import Node
 from apis.meta import ObjectMeta
 from controller.loops import ControlLoop, LoopContext, LoopRunner, build_loops
-from controller.store import Store
+from controller.store.sqlite import Store
 
 
 @dataclass

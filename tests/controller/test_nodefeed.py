@@ -11,7 +11,7 @@ from apis.core import Node, Pod, PodSpec
 from apis.meta import ObjectMeta
 from apis.slo import NodeSLO, NodeSLOSpec, ResourceThresholdStrategy
 from controller.fleet.nodefeed import NodeFeed
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime.bus import Bus, Subscription, node_topic
 
 

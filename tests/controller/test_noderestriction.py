@@ -18,7 +18,7 @@ from apis.core import Node
 from apis.meta import ObjectMeta
 from controller.fleet.ingest import Ingest, Result
 from controller.fleet.noderestriction import agent_owns_label
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime.bus import Bus, Message, node_topic
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -27,7 +27,7 @@ from controller.podgroups import (
     members_by_group,
     pod_group_status,
 )
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.crdschema import schema_errors, validator
 
 replace = msgspec.structs.replace

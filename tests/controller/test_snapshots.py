@@ -13,8 +13,8 @@ import pytest
 from apis.core import ConfigMap, Pod
 from apis.kinds import default_registry
 from apis.meta import Object, ObjectMeta
-from controller import snapshots
-from controller.snapshots import (
+from controller.store import snapshots
+from controller.store.snapshots import (
     CHUNK,
     LINEAGE_DEPTH,
     MAX_CHUNK,
@@ -24,7 +24,7 @@ from controller.snapshots import (
     Items,
     KindView,
 )
-from controller.store import Store
+from controller.store.sqlite import Store
 
 PODS = default_registry().for_type(Pod)
 

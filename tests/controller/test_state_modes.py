@@ -21,7 +21,7 @@ from controller.api.client import AsyncClient
 from controller.api.server import ApiServer
 from controller.app import STORE_FILE, open_store
 from controller.config import ControllerConfig
-from controller.store import Store
+from controller.store.sqlite import Store
 
 NODES = default_registry().resolve("nodes")
 

@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from apis.labels import parse_selector
 from apis.meta import Object, ObjectMeta
 from controller.errors import AlreadyExists, Conflict, Invalid, NotFound, StoreError
-from controller.snapshots import Snapshot
-from controller.store import NAME_SUFFIX_ALPHABET, Outcome, Store
+from controller.store.cluster import Outcome
+from controller.store.memory import NAME_SUFFIX_ALPHABET
+from controller.store.snapshots import Snapshot
+from controller.store.sqlite import Store
 from tests.controller.storekinds import (
     GADGETS,
     REGISTRY,

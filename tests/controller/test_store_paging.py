@@ -25,7 +25,7 @@ from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.client import Client
 from controller.api.server import MAX_MESSAGE_BYTES, PAGE_BYTES
 from controller.errors import Expired, Invalid
-from controller.store import Page, Store
+from controller.store.sqlite import Page, Store
 from koordpy.cli import main
 from tests.controller.storekinds import GADGETS, REGISTRY, WIDGETS, as_widgets, gadget, widget
 from tests.controller.test_cli import ServerThread

@@ -15,7 +15,7 @@ import pytest
 from apis.kinds import Registry
 from apis.meta import Object
 from controller.errors import Expired, NotFound, StoreError
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.storekinds import (
     GADGETS,
     REGISTRY,

@@ -24,7 +24,7 @@ from apis.scheduling import Device
 from apis.slo import NodeMetric, NodeMetricCollectPolicy, NodeMetricSpec, NodeMetricStatus
 from controller.config import ControllerConfig
 from controller.fleet.reports import WITHOUT_REPORT, without_report
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime import configfile
 
 replace = msgspec.structs.replace

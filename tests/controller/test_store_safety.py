@@ -24,7 +24,6 @@ from grpc import aio
 
 from apis.codec import decode_object, encode_json
 from apis.meta import Object
-from controller import persistence
 from controller.api import objects_pb2 as pb
 from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.client import Applied, AsyncClient
@@ -32,7 +31,8 @@ from controller.api.server import ApiServer
 from controller.app import STORE_FILE, open_store
 from controller.config import ControllerConfig
 from controller.errors import ConfigError, StoreError
-from controller.store import Store
+from controller.store import persistence
+from controller.store.sqlite import Store
 from tests.controller.storekinds import REGISTRY, applying, widget
 from tests.koordpy.daemons import cli, koordpy_command, running_up
 

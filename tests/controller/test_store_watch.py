@@ -9,7 +9,7 @@ import pytest
 
 from apis.labels import parse_selector
 from controller.errors import Expired
-from controller.store import EventType, Store, Watch, WatchEvent
+from controller.store.sqlite import EventType, Store, Watch, WatchEvent
 from tests.controller.storekinds import (
     GADGETS,
     REGISTRY,

@@ -19,7 +19,7 @@ from apis.resources import ResourceList
 from controller.loops import LoopContext
 from controller.scheduler.deviceshare import parse_allocation
 from controller.scheduler.loop import SchedulerLoop
-from controller.store import Store
+from controller.store.sqlite import Store
 from koordpy.up import DEMO_NODES, examples_dir, load_examples
 
 NOW = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)

@@ -25,7 +25,7 @@ from apis.core import Event, Pod
 from apis.meta import Object
 from controller import simulate as sim
 from controller.loops import LoopContext, LoopFactory, build_loops
-from controller.store import Store
+from controller.store.sqlite import Store
 
 __all__ = [
     "Cluster",

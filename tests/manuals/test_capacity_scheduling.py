@@ -38,7 +38,7 @@ from apis.errors import DecodeError
 from apis.quota import ElasticQuota
 from controller import simulate as sim
 from controller.errors import Invalid, StoreError
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.manuals.replay import Cluster, Outcome, node, replay
 
 QUOTA_BY_LABEL = """

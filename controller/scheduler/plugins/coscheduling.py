@@ -42,7 +42,7 @@ from controller.scheduler import gangs
 from controller.scheduler.explain import fit_error_message
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
-from controller.snapshots import Snapshot
+from controller.store.snapshots import Snapshot
 
 __all__ = ["Coscheduling"]
 

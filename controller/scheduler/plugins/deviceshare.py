@@ -102,7 +102,7 @@ from controller.scheduler.nodetable import NodeTable, is_assigned
 from controller.scheduler.podinfo import PodInfo, pod_key
 
 if TYPE_CHECKING:
-    from controller.snapshots import Change, Snapshot
+    from controller.store.snapshots import Change, Snapshot
 
 __all__ = ["NAME", "DeviceShare", "DeviceSharePluginArgs"]
 

@@ -61,7 +61,7 @@ from controller.reservations.reserve_pod import is_reserve_pod
 from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
-from controller.snapshots import Snapshot
+from controller.store.snapshots import Snapshot
 
 __all__ = ["ElasticQuota"]
 

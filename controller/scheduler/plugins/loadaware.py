@@ -44,7 +44,7 @@ from controller.scheduler.loadaware.usage import NodeLoad, assume, build_node_lo
 if TYPE_CHECKING:
     from controller.scheduler.nodetable import NodeTable
     from controller.scheduler.podinfo import PodInfo
-    from controller.snapshots import Snapshot
+    from controller.store.snapshots import Snapshot
 
 __all__ = ["NAME", "LoadAwareScheduling", "LoadAwareSchedulingArgs"]
 

@@ -73,7 +73,7 @@ from controller.scheduler.podinfo import pod_key
 if TYPE_CHECKING:
     from controller.scheduler.nodetable import NodeTable
     from controller.scheduler.podinfo import PodInfo
-    from controller.snapshots import Snapshot
+    from controller.store.snapshots import Snapshot
 
 __all__ = ["NAME", "NodeNUMAResource", "NodeNUMAResourcePluginArgs"]
 

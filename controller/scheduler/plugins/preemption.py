@@ -28,7 +28,7 @@ from controller.scheduler import framework as fw
 from controller.scheduler import preemption
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
-from controller.snapshots import Snapshot
+from controller.store.snapshots import Snapshot
 
 __all__ = ["DefaultPreemption"]
 

@@ -93,7 +93,7 @@ from controller.scheduler.nodetable import PODS, NodeTable
 from controller.scheduler.podinfo import PodInfo
 
 if TYPE_CHECKING:
-    from controller.snapshots import Snapshot
+    from controller.store.snapshots import Snapshot
 
 __all__ = ["PLUGIN_NAME", "PREFERRED_SCORE", "ReservationPlugin"]
 

@@ -15,7 +15,7 @@ from apis.quota import ElasticQuota
 from controller import errors
 from controller.api.client import Applied, AsyncClient
 from controller.api.server import ApiServer
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.admission.helpers import pod, priority_class, quota
 
 

@@ -18,7 +18,8 @@ from apis import constants as k
 from apis.core import ConfigMap, Node, Pod
 from apis.meta import Object
 from controller.errors import Invalid
-from controller.store import MAX_OBJECT_BYTES, Store
+from controller.store.memory import MAX_OBJECT_BYTES
+from controller.store.sqlite import Store
 from tests.controller.admission.helpers import decode, priority_class, quota
 from tests.manuals.replay import Cluster, node
 

@@ -13,7 +13,8 @@ from apis.core import Pod
 from apis.quota import ElasticQuota
 from apis.resources import ResourceList
 from controller.errors import Invalid
-from controller.store import Outcome, Store
+from controller.store.cluster import Outcome
+from controller.store.sqlite import Store
 from tests.controller.admission.helpers import pod, quota
 
 PARENT = f"metadata.labels[{k.LABEL_QUOTA_PARENT}]"

@@ -15,7 +15,8 @@ from apis.validation import invalid
 from controller import admission
 from controller.admission import ForbiddenError, InvalidError, Lookup, Registration, elasticquota
 from controller.errors import Forbidden, Invalid
-from controller.store import Outcome, Store
+from controller.store.cluster import Outcome
+from controller.store.sqlite import Store
 from tests.controller.admission.helpers import pod, priority_class, quota
 
 

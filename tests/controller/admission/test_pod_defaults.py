@@ -10,7 +10,8 @@ import pytest
 
 from apis import codec
 from apis.core import Pod, PodStatus
-from controller.store import Outcome, Store
+from controller.store.cluster import Outcome
+from controller.store.sqlite import Store
 from tests.controller.admission.helpers import decode, pod
 
 

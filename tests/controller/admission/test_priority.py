@@ -8,7 +8,8 @@ import pytest
 
 from apis.core import Pod
 from controller.errors import Forbidden, Invalid
-from controller.store import Outcome, Store
+from controller.store.cluster import Outcome
+from controller.store.sqlite import Store
 from tests.controller.admission.helpers import pod, priority_class
 
 

@@ -29,7 +29,7 @@ from apis.core import (
 from apis.meta import Condition, ObjectMeta, OwnerReference
 from apis.resources import ResourceList
 from apis.slo import NodeMetric, NodeMetricInfo, NodeMetricStatus, PodMetricInfo, ResourceMap
-from controller.store import Store
+from controller.store.sqlite import Store
 
 __all__ = [
     "GI",

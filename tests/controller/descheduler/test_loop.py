@@ -29,7 +29,7 @@ from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.migrationrates import EvictionBuckets
 from controller.descheduler.plugins import PLUGINS
 from controller.loops import LoopContext
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.descheduler.conftest import Clock, make_node, make_pod, replicaset
 from tests.crdschema import schema_errors, validator
 

@@ -12,7 +12,7 @@ from apis.scheduling import PodMigrationJob
 from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.metrics import DeschedulerMetrics
 from controller.loops import LoopContext
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.descheduler.conftest import Clock
 from tests.controller.descheduler.test_loop import (
     TABLE,

@@ -70,7 +70,7 @@ from controller.descheduler.migration import (
 from controller.descheduler.migrationrates import EvictionBuckets, ObjectRate
 from controller.loops import LOOPS, LoopContext
 from controller.simulate import simulate
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.descheduler.conftest import (
     GI,
     T0,

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from apis.core import Pod
 from apis.kinds import Kind
 from controller.descheduler.loop import _group_pods, _PodGroups, _regroup
-from controller.snapshots import LINEAGE_DEPTH
-from controller.store import Store
+from controller.store.snapshots import LINEAGE_DEPTH
+from controller.store.sqlite import Store
 from tests.controller.descheduler.conftest import make_pod, replicaset
 
 NAMES = [f"p{i}" for i in range(12)]

@@ -29,7 +29,7 @@ from apis.resources import ResourceList
 from controller.loops import LoopContext
 from controller.queueing import phases
 from controller.queueing.loop import QueueingLoop
-from controller.store import Store
+from controller.store.sqlite import Store
 
 GI = 1 << 30
 T0 = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)

@@ -23,7 +23,7 @@ from apis.queueing import AdmissionCheckState, Queue, QueueAdmissionCheck, Queue
 from controller.queueing import phases
 from controller.queueing.engine import NO_QUEUE_MESSAGE, WAIT_FOR_PODS_MESSAGE
 from controller.queueing.loop import DEQUEUED_MESSAGE, RESERVED_MESSAGE
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.queueing.conftest import (
     QUOTA_KIND,
     QUOTA_NAMESPACE,

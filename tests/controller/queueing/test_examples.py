@@ -13,7 +13,7 @@ from apis import constants as k
 from apis.meta import ObjectMeta
 from apis.queueing import Queue, QueueSpec
 from controller.queueing import phases
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.queueing.conftest import Clock, Harness, cores, holding
 
 DEQUEUED = phases.DEQUEUED

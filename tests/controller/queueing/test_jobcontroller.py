@@ -35,7 +35,8 @@ from controller.queueing.jobs.batchjob import Args as BatchArgs
 from controller.queueing.podlifecycle import PodLifecycle
 from controller.scheduler.loop import SchedulerLoop
 from controller.simulate import simulate
-from controller.store import Outcome, Store
+from controller.store.cluster import Outcome
+from controller.store.sqlite import Store
 from tests.controller.queueing.jobs import (
     GI,
     Clock,

@@ -17,7 +17,7 @@ from apis.kinds import default_registry
 from controller.cli import printing
 from controller.loops import LoopContext
 from controller.queueing.podlifecycle import PodLifecycle, node_ip
-from controller.store import Store
+from controller.store.sqlite import Store
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -20,7 +20,7 @@ from apis import constants as k
 from apis.queueing import QueueUnit
 from controller.queueing import phases
 from controller.queueing.loop import QueueingLoop
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.queueing.conftest import Clock, Harness, cores
 
 CPU = "cpu"

@@ -19,7 +19,7 @@ from controller.queueing import phases
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.plugins import PluginRef, QueueingConfig, build_plugins
 from controller.simulate import simulate
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.queueing.conftest import (
     T0,
     Clock,

@@ -17,7 +17,7 @@ from controller.loops import LoopRunner, build_loops
 from controller.queueing import loop as queueing_loop
 from controller.quota import check
 from controller.scheduler import gangs
-from controller.store import Store
+from controller.store.sqlite import Store
 
 STORED = 2_000
 NAMESPACES = tuple(f"team-{i:02d}" for i in range(20))

@@ -23,7 +23,7 @@ from controller.quota.revoke import (
     quota_views,
 )
 from controller.scheduler.config import CONFIG_KEY, CONFIG_NAME, CONFIG_NAMESPACE
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.quota.builders import T0, pod, quota, res
 
 DELAY = timedelta(seconds=120)

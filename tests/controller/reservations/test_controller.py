@@ -26,7 +26,7 @@ from controller.reservations.controller import (
     sync,
 )
 from controller.simulate import simulate
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.reservations.builders import (
     T0,
     allocated_to,

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import Clock
 
 

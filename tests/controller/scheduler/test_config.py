@@ -34,7 +34,7 @@ from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.plugins.deviceshare import DeviceShare
 from controller.scheduler.profile import Profile
 from controller.simulate import scenario_objects
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler.loadaware.builders import GIB, metric, node, pod
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

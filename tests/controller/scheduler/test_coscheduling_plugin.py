@@ -21,7 +21,7 @@ from controller.scheduler.profile import (
     ProfileError,
     build_profile,
 )
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import Clock, make_node, make_pod
 
 GANG_PROFILE = ProfileConfig(

@@ -45,8 +45,8 @@ from controller.scheduler.profile import (
     WeightedPlugin,
     build_profile,
 )
-from controller.snapshots import Snapshot
-from controller.store import Store
+from controller.store.snapshots import Snapshot
+from controller.store.sqlite import Store
 from tests.controller.deviceshare.builders import GIB, device, gpu, h100_node, npu
 from tests.controller.scheduler import make_node
 

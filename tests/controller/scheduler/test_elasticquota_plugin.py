@@ -30,7 +30,7 @@ from controller.scheduler.profile import (
     ProfileError,
     build_profile,
 )
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import GI, Clock, make_node, make_pod
 
 QUOTA_PROFILE = ProfileConfig(

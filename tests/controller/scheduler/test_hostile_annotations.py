@@ -19,7 +19,7 @@ from controller.loops import LoopContext
 from controller.scheduler.framework import INVALID_ANNOTATION
 from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.numaresource.status import parse_resource_status
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import GI, Clock, make_node, make_pod
 from tests.controller.scheduler.loadaware.builders import metric
 

@@ -22,7 +22,7 @@ from controller.scheduler.profile import (
     WeightedPlugin,
     build_profile,
 )
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler.loadaware.builders import GIB, metric, node, pod
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

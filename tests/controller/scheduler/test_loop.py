@@ -21,8 +21,8 @@ from controller.scheduler.podinfo import PodInfo
 from controller.scheduler.profile import DEFAULT_CONFIG, PLUGINS, PluginSpec, build_profile
 from controller.scheduler.scheduling_queue import Where
 from controller.simulate import simulate
-from controller.snapshots import Snapshot
-from controller.store import Store
+from controller.store.snapshots import Snapshot
+from controller.store.sqlite import Store
 from tests.controller.scheduler import GI, Clock, make_node, make_pod
 
 

@@ -22,7 +22,7 @@ from controller.scheduler.profile import (
     WeightedPlugin,
     build_profile,
 )
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import GI, make_node, make_pod
 
 #: One socket, one NUMA node, 4 cores of 2 threads: CPU ``i`` and ``i + 4`` share core ``i % 4``.

@@ -16,7 +16,7 @@ from controller.loops import LoopContext
 from controller.scheduler.explain import DIAGNOSIS_ANNOTATION
 from controller.scheduler.loop import POD_SCHEDULED, SchedulerLoop
 from controller.scheduler.profile import build_profile
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import Clock, make_node
 from tests.controller.scheduler.test_coscheduling_plugin import GANG_PROFILE, gang_pod
 

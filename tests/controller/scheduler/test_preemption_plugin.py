@@ -12,7 +12,7 @@ from controller.errors import NotFound
 from controller.loops import LoopContext
 from controller.scheduler.loop import POD_SCHEDULED, SchedulerLoop
 from controller.scheduler.profile import ProfileConfig, build_profile
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import Clock, make_node, make_pod
 
 PREEMPTING = ProfileConfig(

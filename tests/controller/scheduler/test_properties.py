@@ -13,7 +13,7 @@ from controller.loops import LoopContext
 from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.plugins.nodeaffinity import selector_matches
 from controller.scheduler.plugins.tainttoleration import tolerated
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import GI, expr, make_node, make_pod
 
 ZONES = ("a", "b", "c")

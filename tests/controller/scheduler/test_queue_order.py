@@ -16,7 +16,7 @@ from apis.core import Event, Pod
 from controller.loops import LoopContext
 from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.scheduling_queue import SchedulingQueue
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import GI, Clock, make_node, make_pod
 
 

@@ -38,7 +38,7 @@ from controller.scheduler.profile import (
     PluginSpec,
     build_profile,
 )
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import GI, MI, make_node, make_pod
 
 NOW = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)

@@ -28,7 +28,7 @@ from controller.scheduler.profile import DEFAULT_CONFIG, PLUGINS, PluginSpec, bu
 from controller.scheduler.scheduling_queue import Where
 from controller.scheduler.schedulinghint import HintError, parse_scheduling_hint
 from controller.simulate import scenario_objects, simulate
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import GI, Clock, make_node, make_pod
 
 BAD_HINT = '{"nodeNames": ["n1"'

@@ -19,7 +19,7 @@ from controller.scheduler.profile import (
     WeightedPlugin,
     build_profile,
 )
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.reservations.builders import available
 from tests.controller.scheduler import GI, make_node, make_pod
 

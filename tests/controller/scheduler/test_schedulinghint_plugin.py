@@ -29,7 +29,7 @@ from controller.scheduler.profile import (
     default_profile,
 )
 from controller.scheduler.schedulinghint import HintError, parse_scheduling_hint
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.scheduler import GI, make_node, make_pod
 
 NOW = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)

@@ -20,7 +20,7 @@ from apis.slo import COLOCATION_EXTENSION, NodeSLOSpec
 from controller.fleet.nodefeed import NodeFeed
 from controller.loops import LoopContext
 from controller.slo.loop import CONFIG_NAME, CONFIG_NAMESPACE, NodeSLOController
-from controller.store import Store
+from controller.store.sqlite import Store
 from runtime.bus import Bus, node_topic
 from tests.agent.qos_fixtures_evict import GIB, FakeUsage, make_node, make_pod, snapshot
 from tests.controller.slo.slohelpers import configmap, json_key, settings, slo_spec

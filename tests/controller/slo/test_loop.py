@@ -17,7 +17,7 @@ from apis.meta import ObjectMeta
 from apis.slo import COLOCATION_EXTENSION, NodeSLO, NodeSLOSpec, ResourceThresholdStrategy
 from controller.loops import LOOPS, LoopContext
 from controller.slo.loop import CONFIG_NAME, CONFIG_NAMESPACE, NodeSLOController
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.crdschema import schema_errors, validator
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -12,7 +12,7 @@ from apis.core import Pod
 from apis.kinds import default_registry
 from apis.meta import Object
 from controller.loops import LoopContext, build_loops
-from controller.store import Store
+from controller.store.sqlite import Store
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -16,7 +16,7 @@ from apis.apps import Deployment, ReplicaSet
 from apis.core import Event, Job
 from apis.meta import Object
 from controller.errors import Invalid
-from controller.store import Store
+from controller.store.sqlite import Store
 from controller.workloads.deployment import plan_deployment
 from controller.workloads.job import plan_batch_job
 from tests.controller.workloads.cluster import Cluster

@@ -17,7 +17,7 @@ from apis.core import ContainerState, ContainerStatus, Job, Pod
 from apis.meta import Condition, OwnerReference
 from controller.loops import LoopRunner, build_loops
 from controller.queueing.jobcontroller import held_by_queue
-from controller.store import Store
+from controller.store.sqlite import Store
 from controller.workloads.job import (
     TRACKING_FINALIZER,
     PodBackoff,

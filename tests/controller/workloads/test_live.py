@@ -10,7 +10,7 @@ from apis import codec
 from apis.apps import Deployment
 from apis.core import Pod
 from controller.loops import LoopRunner, build_loops
-from controller.store import Store
+from controller.store.sqlite import Store
 from tests.controller.workloads.test_scenarios import APP_DEMO, running_ready
 from tests.manuals.replay import node
 
