@@ -120,7 +120,8 @@ from controller.scheduler.profile import (
     profiles_by_scheduler,
 )
 from controller.scheduler.scheduling_queue import QueuedPod, SchedulingQueue
-from controller.store.cluster import Cluster
+from controller.store.assumed import Assumed
+from controller.store.cluster import Cluster, Outcome
 from controller.store.snapshots import Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -137,6 +138,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 #: Pods, to ask a snapshot what changed among them.
 _POD_KIND = default_registry().for_type(Pod)
+_RESERVATION_KIND = default_registry().for_type(Reservation)
 
 FAILED_SCHEDULING = "FailedScheduling"
 #: Event reason on a pod evicted to make room for a pod of higher priority.
@@ -280,6 +282,9 @@ class SchedulerLoop:
         self._pod_view: Sequence[Object] | None = None
         #: uid -> the assigned pod object last accounted.
         self._assigned: dict[str, Pod] = {}
+        #: the pods and reservations this loop wrote that its snapshots may not show yet
+        #: (bound, marked unschedulable): laid over every snapshot until they do
+        self._assumed = {kind.type: Assumed(kind) for kind in (_POD_KIND, _RESERVATION_KIND)}
         #: namespace/name -> the pending pod object last queued.
         self._pending: dict[str, Pod] = {}
         #: reservation uid -> the pod an Available reservation holds its node with.
@@ -337,6 +342,8 @@ class SchedulerLoop:
             self._recorder = EventRecorder(store, component=KOORD_SCHEDULER, clock=ctx.now)
         now = ctx.now()
         snapshot = store.snapshot()
+        for assumed in self._assumed.values():
+            snapshot = assumed.over(snapshot)
         if self._watch is not None:
             config = self._watch.poll(snapshot, store.registry, self._recorder)
             if config is not None and self._generation != self._watch.generation:
@@ -574,6 +581,7 @@ class SchedulerLoop:
             writes.append((entry, profile, decision))
             objects.append(bound_pod(entry.pod, decision.node, plan, now))
         results = store.update_many(objects) if objects else []
+        self._wrote(objects, results)
         taken_over: list[Object] = []
         for (entry, profile, decision), result in zip(writes, results, strict=True):
             if isinstance(result, StoreError):
@@ -593,9 +601,21 @@ class SchedulerLoop:
                 stored = result[0]
                 if isinstance(stored, Pod):
                     self._assigned[decision.pod.uid] = stored
-        for failed in store.update_many(taken_over) if taken_over else []:
+        marked = store.update_many(taken_over) if taken_over else []
+        self._wrote(taken_over, marked)
+        for failed in marked:
             if isinstance(failed, StoreError):
                 log.info("marking a pre-allocated pod: %s", failed)
+
+    def _wrote(
+        self, objects: Sequence[Object], results: Sequence[tuple[Object, Outcome] | StoreError]
+    ) -> None:
+        """Assume what was written until a snapshot shows it (the Cluster contract)."""
+        for before, result in zip(objects, results, strict=True):
+            if not isinstance(result, StoreError) and result[1] is not Outcome.UNCHANGED:
+                assumed = self._assumed.get(type(result[0]))
+                if assumed is not None:
+                    assumed.wrote(before, result[0])
 
     # -- reservations ----------------------------------------------------------------------
 
@@ -687,7 +707,9 @@ class SchedulerLoop:
     def _explain(self, store: Cluster, explained: list[tuple[Object, str, Object | None]]) -> None:
         """Write the changed conditions in one transaction, then one Event per attempt."""
         updates: list[Object] = [updated for _, _, updated in explained if updated is not None]
-        for result in store.update_many(updates) if updates else []:
+        results = store.update_many(updates) if updates else []
+        self._wrote(updates, results)
+        for result in results:
             if isinstance(result, StoreError):
                 log.info("recording why a pod is unschedulable: %s", result)
         if self._recorder is not None:
@@ -759,10 +781,17 @@ class SchedulerLoop:
         for preemptor, node, victims in preempted:
             for victim in victims:
                 try:
-                    store.delete(kind, victim.metadata.name, victim.metadata.namespace)
+                    last, outcome = store.delete(
+                        kind, victim.metadata.name, victim.metadata.namespace
+                    )
                 except StoreError as err:
                     log.info("preempting %s/%s: %s", victim.namespace, victim.name, err)
                     continue
+                assumed = self._assumed[Pod]
+                if outcome is Outcome.DELETED:
+                    assumed.deleted(victim)
+                elif outcome is not Outcome.UNCHANGED:
+                    assumed.wrote(victim, last)
                 if self._recorder is not None:
                     message = f"Preempted by pod {preemptor.metadata.uid} on node {node}"
                     self._recorder.record(victim, type=NORMAL, reason=PREEMPTED, message=message)

@@ -567,6 +567,15 @@ class Snapshot:
                 return _changes(ancestor, view)
         return None
 
+    def replaced(self, kind: Kind, shown: Mapping[Key, Object | None]) -> Snapshot:
+        """This snapshot with the objects of ``kind`` under ``shown``'s keys (namespace, name)
+        as given there (None: absent): what a backend whose writes become visible only later
+        shows its readers meanwhile. Costs what is replaced, as a store's next view does."""
+        before = self._views.get(kind.type, EMPTY_LAZY_VIEW).get()
+        present = {key: obj for key, obj in shown.items() if obj is not None}
+        view = KindView.updated(before, present, shown)
+        return Snapshot(self.resource_version, {**self._views, kind.type: LazyView.of(view)})
+
     def get(self, kind: Kind, name: str, namespace: str = "") -> Object | None:
         """One object, or None; a namespaced kind's empty namespace means ``default``."""
         ns = (namespace or "default") if kind.namespaced else ""
