@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from apis.meta import Object
+from controller.errors import NotFound
 from controller.loops import LOOPS, LoopContext
 from controller.store.snapshots import Snapshot
 from controller.store.sqlite import Store
@@ -62,13 +63,10 @@ class DelayedStore(Store):
             if key in hidden:
                 before = hidden[key][0]  # still the state from before the first hidden write
             else:
-                kind = self.registry.for_key(key[0])
-                namespace = key[1] if kind.namespaced else ""
-                before = (
-                    self.get(kind, key[2], namespace)
-                    if self.exists(kind, key[2], namespace)
-                    else None
-                )
+                try:  # what is committed so far: the commit is not visible yet
+                    before = self.get(self.registry.for_key(key[0]), key[2], key[1])
+                except NotFound:
+                    before = None
             hidden[key] = (before, self._reads)
             self.delayed += 1
 

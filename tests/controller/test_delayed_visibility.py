@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,15 +60,8 @@ def test_no_node_is_overcommitted_while_the_loop_s_binds_are_not_yet_visible(
         ctx = LoopContext(store=store, now=lambda: NOW)
         for number, wave in enumerate(waves):
             for pod in wave:
-                store.create(
-                    pod.__class__(
-                        metadata=pod.metadata.__class__(
-                            name=f"w{number}-{pod.metadata.name}",
-                            namespace=pod.metadata.namespace,
-                        ),
-                        spec=pod.spec,
-                    )
-                )
+                meta = msgspec.structs.replace(pod.metadata, name=f"w{number}-{pod.metadata.name}")
+                store.create(msgspec.structs.replace(pod, metadata=meta))
             loop.reconcile(ctx)
         for _ in range(reads + 1):
             loop.reconcile(ctx)
