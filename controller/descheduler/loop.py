@@ -57,6 +57,7 @@ import msgspec
 
 from apis import constants as k
 from apis.core import ConfigMap, Node, Pod, PriorityClass
+from apis.kinds import default_registry
 from apis.labels import Selector
 from apis.meta import Object, ObjectMeta, ObjectReference
 from apis.scheduling import PodMigrationJob, PodMigrationJobSpec, PodMigrationJobStatus
@@ -99,7 +100,8 @@ from controller.descheduler.migration import MODE_EVICT_DIRECTLY, PENDING, RUNNI
 from controller.descheduler.migrationrates import EvictionBuckets
 from controller.errors import StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
-from controller.store.cluster import Cluster
+from controller.store.assumed import Assumed
+from controller.store.cluster import Cluster, Outcome
 from controller.store.snapshots import Change, Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -121,6 +123,8 @@ _NAMES: Final = uuid.uuid5(uuid.NAMESPACE_URL, "https://koordpy.io/descheduler")
 _ACTIVE_PHASES: Final = frozenset({"", PENDING, RUNNING})
 #: Phases of a pod that holds no resources any more (``Pod.is_terminated``).
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
+#: What the descheduler writes, and keeps assumed until its snapshots show it.
+_WRITTEN_KINDS: Final = tuple(default_registry().for_type(t) for t in (PodMigrationJob, Pod, Node))
 
 
 class _Plugins:
@@ -195,6 +199,8 @@ class DeschedulerLoop:
         self._jobs_view: object = None
         self._store: Cluster | None = None
         self._recorder: EventRecorder | None = None
+        #: the jobs, pods and nodes this loop wrote that its snapshots may not show yet
+        self._assumed = {kind.type: Assumed(kind) for kind in _WRITTEN_KINDS}
         self._evictions: EvictionBuckets | None = None
         #: The pod groupings the last cycle read, and their pods by node with each node's
         #: list from the groupings before where the node's pods are the same objects
@@ -229,8 +235,18 @@ class DeschedulerLoop:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def reconcile(self, ctx: LoopContext) -> float | None:
+    def _snapshot(self, ctx: LoopContext) -> Snapshot:
+        """A snapshot with this loop's writes laid over it until it shows them."""
         snapshot = ctx.store.snapshot()
+        for assumed in self._assumed.values():
+            snapshot = assumed.over(snapshot)
+        return snapshot
+
+    def _took(self, sent: Object, stored: Object, outcome: Outcome) -> None:
+        self._assumed[type(stored)].took(sent, stored, outcome)
+
+    def reconcile(self, ctx: LoopContext) -> float | None:
+        snapshot = self._snapshot(ctx)
         self._job_metrics(ctx, snapshot)
         self._load(ctx, snapshot)
         config = self._config
@@ -244,7 +260,7 @@ class DeschedulerLoop:
         with _collector_paused():
             self._cycle(ctx, snapshot, config, now)
         if self._metrics is not None:
-            self._job_metrics(ctx, ctx.store.snapshot())
+            self._job_metrics(ctx, self._snapshot(ctx))
         self._ran = True
         if config.interval <= 0:
             return None
@@ -514,15 +530,20 @@ class DeschedulerLoop:
                         pass
                     elif plan.policy == SOFT_EVICTION:
                         if ANNOTATION_SOFT_EVICTION not in pod.metadata.annotations:
-                            store.update(
-                                soft_evicted(pod, plan, intent.plugin, intent.reason, ledger.now)
+                            marked = soft_evicted(
+                                pod, plan, intent.plugin, intent.reason, ledger.now
                             )
+                            self._took(marked, store.update(marked), Outcome.CONFIGURED)
                     else:
-                        store.delete(
-                            pod_kind,
-                            pod.metadata.name,
-                            pod.metadata.namespace,
-                            resource_version=plan.resource_version or pod.metadata.resource_version,
+                        self._took(
+                            pod,
+                            *store.delete(
+                                pod_kind,
+                                pod.metadata.name,
+                                pod.metadata.namespace,
+                                resource_version=plan.resource_version
+                                or pod.metadata.resource_version,
+                            ),
                         )
                 except (StoreError, ValueError) as err:
                     log.warning(
@@ -577,6 +598,7 @@ class DeschedulerLoop:
                             node=admission.intent.node,
                         )
                     continue
+                self._took(job, *outcome)
                 log.info(
                     "PodMigrationJob %s created for pod %s/%s on node %s (%s: %s)",
                     job.metadata.name,
@@ -623,7 +645,7 @@ class DeschedulerLoop:
                 node, spec=msgspec.structs.replace(node.spec, unschedulable=True)
             )
             try:
-                ctx.store.update(cordoned)
+                self._took(cordoned, ctx.store.update(cordoned), Outcome.CONFIGURED)
             except StoreError as err:
                 log.warning("cordon of node %s by %s failed: %s", name, plugin, err)
                 continue

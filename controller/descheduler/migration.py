@@ -179,7 +179,8 @@ from controller.events import NORMAL, WARNING, EventRecorder
 from controller.mutations import whole_seconds
 from controller.reservations import AnnotationError
 from controller.reservations.affinity import parse_allocated
-from controller.store.cluster import Cluster
+from controller.store.assumed import Assumed
+from controller.store.cluster import Cluster, Outcome
 from controller.store.snapshots import Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -212,6 +213,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _CONFIG_MAP_KIND: Final = default_registry().for_type(ConfigMap)
+#: What the controller writes, and keeps assumed until its snapshots show it.
+_WRITTEN_KINDS: Final = tuple(
+    default_registry().for_type(t) for t in (PodMigrationJob, Reservation, Pod)
+)
 
 _replace = msgspec.structs.replace
 
@@ -1306,6 +1311,8 @@ class MigrationController:
         self._store: Cluster | None = None
         self._recorder: EventRecorder | None = None
         self._pod_view: Sequence[Object] | None = None
+        #: the jobs, reservations and pods this loop wrote that its snapshots may not show yet
+        self._assumed = {kind.type: Assumed(kind) for kind in _WRITTEN_KINDS}
         self._pod_index: World | None = None
         self._rates: MigrationRates | None = None
         self._rates_of: tuple[float, int, tuple[ObjectRate, ...]] | None = None
@@ -1374,6 +1381,8 @@ class MigrationController:
         store = ctx.store
         registry = store.registry
         snapshot = store.snapshot()
+        for assumed in self._assumed.values():
+            snapshot = assumed.over(snapshot)
         jobs = [
             j
             for j in snapshot.objects(registry.for_type(PodMigrationJob))
@@ -1449,7 +1458,7 @@ class MigrationController:
         try:
             if reservation:
                 self._delete_reservation(store, reservation)
-            store.delete(kind, job.metadata.name)
+            self._took(job, *store.delete(kind, job.metadata.name))
         except NotFound:
             pass
         except StoreError as err:
@@ -1457,10 +1466,14 @@ class MigrationController:
         else:
             log.info("PodMigrationJob %s scavenged", job.metadata.name)
 
-    @staticmethod
-    def _delete_reservation(store: Cluster, name: str) -> None:
+    def _delete_reservation(self, store: Cluster, name: str) -> None:
         with contextlib.suppress(NotFound):
-            store.delete(store.registry.for_type(Reservation), name)
+            last, outcome = store.delete(store.registry.for_type(Reservation), name)
+            self._took(last, last, outcome)
+
+    def _took(self, sent: Object, stored: Object, outcome: Outcome) -> None:
+        """Assume a write until a snapshot shows it (the Cluster contract)."""
+        self._assumed[type(stored)].took(sent, stored, outcome)
 
     def _apply(self, ctx: LoopContext, steps: Sequence[Step]) -> bool:
         """Write every step; False when one of them failed (it is tried again)."""
@@ -1473,6 +1486,7 @@ class MigrationController:
                 if step.create is not None and job is not None:
                     try:
                         made = store.create(step.create)
+                        self._took(step.create, made, Outcome.CREATED)
                     except AlreadyExists:
                         pass  # made by an earlier pass whose write of the job failed
                     except StoreError as err:
@@ -1498,6 +1512,7 @@ class MigrationController:
                     self._delete_reservation(store, step.delete_reservation)
                 if job is not None:
                     written = store.update(job)
+                    self._took(job, written, Outcome.CONFIGURED)
                     self._announce(ctx, written, notes)
             except StoreError as err:
                 log.warning("PodMigrationJob %s: write failed: %s", _job_name(step), err)
@@ -1533,10 +1548,10 @@ class MigrationController:
             if plan.resource_version:
                 meta = _replace(marked.metadata, resource_version=plan.resource_version)
                 marked = _replace(marked, metadata=meta)
-            store.update(marked)
+            self._took(marked, store.update(marked), Outcome.CONFIGURED)
         else:
             try:
-                store.delete(
+                last, outcome = store.delete(
                     kind,
                     pod.metadata.name,
                     pod.metadata.namespace,
@@ -1544,6 +1559,7 @@ class MigrationController:
                 )
             except NotFound:
                 return
+            self._took(current, last, outcome)
         events.record(pod, type=WARNING, reason=EVENT_EVICTED, message=message)
         log.info(
             "pod %s/%s %s for PodMigrationJob %s",

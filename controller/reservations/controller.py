@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from apis.core import Node, Pod, pod_requests
+from apis.kinds import default_registry
 from apis.meta import Condition, ObjectReference
 from apis.resources import ResourceList
 from apis.scheduling import Reservation
@@ -69,11 +70,15 @@ from controller.reservations.args import ReservationArgs
 from controller.reservations.reserve_pod import allocatable_at_bind
 from controller.scheduler.config import ConfigInForce
 from controller.scheduler.profile import KOORD_SCHEDULER
+from controller.store.assumed import Assumed
+from controller.store.cluster import Outcome
 
 if TYPE_CHECKING:  # controller.loops lists this loop: no import back at run time
     from controller.loops import LoopContext
     from controller.store.cluster import Cluster
     from controller.store.snapshots import Snapshot
+
+_RESERVATION_KIND = default_registry().for_type(Reservation)
 
 __all__ = [
     "MAX_REQUEUE_SECONDS",
@@ -341,6 +346,8 @@ class ReservationController:
         self.args = args or ReservationArgs()
         self.expire_pending = expire_pending
         self._next_gc: datetime | None = None
+        #: the reservations this loop wrote that its snapshots may not show yet
+        self._assumed = Assumed(_RESERVATION_KIND)
         #: The scheduler configuration followed (None: ``args`` were given).
         self._config = ConfigInForce() if args is None else None
         self._generation = 0
@@ -378,7 +385,7 @@ class ReservationController:
         store = ctx.store
         registry = store.registry
         now = ctx.now()
-        snapshot = store.snapshot()
+        snapshot = self._assumed.over(store.snapshot())
         self._follow(ctx, snapshot)
         reservations = [
             r
@@ -412,10 +419,11 @@ class ReservationController:
 
     def _write(self, ctx: LoopContext, updated: Reservation) -> list[float]:
         try:
-            ctx.store.update(updated)
+            saved = ctx.store.update(updated)
         except StoreError as err:
             log.warning("cannot update reservation %s: %s", updated.metadata.name, err)
             return [MIN_REQUEUE_SECONDS]
+        self._assumed.took(updated, saved, Outcome.CONFIGURED)
         if updated.status.phase in _TERMINAL:
             log.info("reservation %s is %s", updated.metadata.name, updated.status.phase)
         return []
@@ -446,14 +454,16 @@ class ReservationController:
         if self._next_gc is None or now >= self._next_gc:
             self._next_gc = now + interval
             kind = ctx.store.registry.for_type(Reservation)
+            by_name = {r.metadata.name: r for r in reservations}
             for name, due in sorted(due_times.items()):
                 if due > now:
                     continue
                 try:
-                    ctx.store.delete(kind, name)
+                    last, outcome = ctx.store.delete(kind, name)
                 except StoreError as err:
                     log.warning("cannot delete reservation %s: %s", name, err)
                 else:
+                    self._assumed.took(by_name[name], last, outcome)
                     log.info("reservation %s garbage collected", name)
             due_times = {n: d for n, d in due_times.items() if d > now}
             if not due_times:

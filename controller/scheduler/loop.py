@@ -612,10 +612,10 @@ class SchedulerLoop:
     ) -> None:
         """Assume what was written until a snapshot shows it (the Cluster contract)."""
         for before, result in zip(objects, results, strict=True):
-            if not isinstance(result, StoreError) and result[1] is not Outcome.UNCHANGED:
+            if not isinstance(result, StoreError):
                 assumed = self._assumed.get(type(result[0]))
                 if assumed is not None:
-                    assumed.wrote(before, result[0])
+                    assumed.took(before, *result)
 
     # -- reservations ----------------------------------------------------------------------
 
@@ -787,11 +787,7 @@ class SchedulerLoop:
                 except StoreError as err:
                     log.info("preempting %s/%s: %s", victim.namespace, victim.name, err)
                     continue
-                assumed = self._assumed[Pod]
-                if outcome is Outcome.DELETED:
-                    assumed.deleted(victim)
-                elif outcome is not Outcome.UNCHANGED:
-                    assumed.wrote(victim, last)
+                self._assumed[Pod].took(victim, last, outcome)
                 if self._recorder is not None:
                     message = f"Preempted by pod {preemptor.metadata.uid} on node {node}"
                     self._recorder.record(victim, type=NORMAL, reason=PREEMPTED, message=message)

@@ -2,12 +2,14 @@
 
 Under the :class:`~controller.store.cluster.Cluster` contract a loop's write may reach its
 snapshots late. A loop that keeps an :class:`Assumed` of a kind records each write it made
-(:meth:`Assumed.wrote`) and reads every snapshot through :meth:`Assumed.over`, which shows
+(:meth:`Assumed.took`) and reads every snapshot through :meth:`Assumed.over`, which shows
 those objects as written until the snapshot shows them itself, as kube-scheduler's assume
-cache does for the pods it bound. An entry is forgotten as soon as the snapshot holds a
-version other than the one the write replaced (the write, or anyone's later one: versions are
-compared for equality only) or the object is gone. A write that succeeded is committed, so
-every backend shows it in the end: nothing waits on a clock.
+cache does for the pods it bound. An entry is forgotten as soon as the snapshot moved past the
+state the write changed: for an update, a version other than the one it replaced (the write,
+or anyone's later one: versions are compared for equality only) or the object gone; for a
+create, the object there; for a delete, the object gone or another one (another uid) in its
+place. A write that succeeded is committed, so every backend shows it in the end: nothing
+waits on a clock.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from apis.kinds import Kind
 from apis.meta import Object
+from controller.store.cluster import Outcome
 from controller.store.snapshots import Snapshot
 
 __all__ = ["Assumed"]
@@ -23,9 +26,23 @@ __all__ = ["Assumed"]
 
 @dataclass(slots=True)
 class _Entry:
-    replaced: str  # the resourceVersion of the object the write replaced
+    #: the resourceVersion the write replaced; "" for a create, None for a delete
+    replaced: str | None
     uid: str
     written: Object | None  # None: deleted
+
+
+def _unseen(entry: _Entry, seen: Object | None) -> bool:
+    """Whether ``seen`` (what the snapshot holds) is still from before the write."""
+    if entry.replaced is None:  # deleted: still there
+        return seen is not None and seen.metadata.uid == entry.uid
+    if not entry.replaced:  # created: not there yet
+        return seen is None
+    return (
+        seen is not None
+        and seen.metadata.resource_version == entry.replaced
+        and seen.metadata.uid == entry.uid
+    )
 
 
 class Assumed:
@@ -40,20 +57,24 @@ class Assumed:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def wrote(self, before: Object, after: Object) -> None:
-        """``after`` is stored in place of ``before`` (as the loop read it)."""
-        self._record(before, after)
-
-    def deleted(self, before: Object) -> None:
-        """``before`` (as the loop read it) is deleted."""
-        self._record(before, None)
-
-    def _record(self, before: Object, after: Object | None) -> None:
-        meta = before.metadata
+    def took(self, sent: Object, stored: Object, outcome: Outcome) -> None:
+        """A write of ``sent`` (the object as the loop read and changed it; its
+        resourceVersion that of the object it replaces, empty for a create) stored
+        ``stored`` with ``outcome`` (for DELETED, the object's last state)."""
+        meta = stored.metadata
         key = (meta.namespace, meta.name)
+        if outcome is Outcome.UNCHANGED:
+            return
+        if outcome is Outcome.DELETED:
+            self._entries[key] = _Entry(None, meta.uid, None)
+            return
+        replaced = "" if outcome is Outcome.CREATED else sent.metadata.resource_version
+        if replaced and meta.resource_version == replaced:
+            return  # nothing written
         found = self._entries.get(key)
-        replaced = found.replaced if found is not None else meta.resource_version
-        self._entries[key] = _Entry(replaced, meta.uid, after)
+        if found is not None and found.replaced is not None:
+            replaced = found.replaced  # an earlier write not seen yet: what it replaced
+        self._entries[key] = _Entry(replaced, meta.uid, stored)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -65,12 +86,7 @@ class Assumed:
         kind = self._kind
         shown: dict[tuple[str, str], Object | None] = {}
         for key, entry in list(self._entries.items()):
-            seen = snapshot.get(kind, key[1], key[0])
-            if (
-                seen is not None
-                and seen.metadata.resource_version == entry.replaced
-                and seen.metadata.uid == entry.uid
-            ):
+            if _unseen(entry, snapshot.get(kind, key[1], key[0])):
                 shown[key] = entry.written
             else:
                 del self._entries[key]  # seen, superseded or gone

@@ -9,9 +9,10 @@ created). Everything else sees the committed state at once: the test's own write
 (``get``, ``list``, a snapshot taken outside a loop), and a write of the test supersedes
 what a loop wrote before it.
 
-The scheduler suite runs over it (its ``store`` fixture is parametrized ``memory`` /
-``delayed``), and so do the invariant properties of :mod:`tests.controller.test_delayed_visibility`:
-a loop that double-binds or over-commits because it cannot see its own write fails them.
+The scheduler, queueing, reservation and descheduler suites run over it (their ``store``
+fixture is parametrized ``memory`` / ``delayed``), and so do the invariant properties of
+:mod:`tests.controller.test_delayed_visibility`: a loop that double-binds, over-commits,
+double-charges or migrates a pod twice because it cannot see its own write fails them.
 """
 
 from __future__ import annotations

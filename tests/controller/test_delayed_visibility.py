@@ -3,7 +3,8 @@ reach their snapshots late, and the invariants hold anyway.
 
 The backend (:mod:`tests.controller.delayed`) hides each write a loop makes from the loops'
 next snapshots; these tests check that it does, then run the invariant properties of the
-scheduler (no node over-committed, over passes whose own binds are not yet visible) over it.
+scheduler (no node over-committed, over passes whose own binds are not yet visible) and of
+queueing (no quota over max, one charge per admitted unit) over it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from apis.core import Node, Pod, pod_requests
 from controller.loops import LoopContext
 from controller.scheduler.loop import SchedulerLoop
 from tests.controller.delayed import delayed_store
+from tests.controller.queueing.conftest import Clock, Harness
+from tests.controller.queueing.test_properties import Step, Tree, run, steps, trees
 from tests.controller.scheduler import make_node, make_pod
 from tests.controller.scheduler.test_properties import nodes, pods
 
@@ -79,3 +82,20 @@ def test_no_node_is_overcommitted_while_the_loop_s_binds_are_not_yet_visible(
         assert count[name] <= node.allocatable["pods"]
         for resource, amount in used[name].items():
             assert amount <= node.allocatable.get(resource, 0), (name, resource, amount)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tree=trees(),
+    plan=st.lists(steps, min_size=1, max_size=10),
+    policy=st.sampled_from(["Priority", "Block", "Intelligent"]),
+    restart_at=st.integers(0, 12),
+)
+def test_queueing_never_exceeds_max_nor_charges_twice_while_its_writes_are_not_yet_visible(
+    tree: Tree, plan: list[Step], policy: str, restart_at: int
+) -> None:
+    """The queueing property (no quota level over its max; the ledger is exactly what the
+    admitted units hold, one charge each), after every step, over the delayed backend."""
+    clock = Clock()
+    with delayed_store(clock=clock) as store:
+        run(Harness(store, clock), tree, plan, policy, restart_at)

@@ -30,6 +30,7 @@ from apis.meta import Condition, ObjectMeta, OwnerReference
 from apis.resources import ResourceList
 from apis.slo import NodeMetric, NodeMetricInfo, NodeMetricStatus, PodMetricInfo, ResourceMap
 from controller.store.sqlite import Store
+from tests.controller.delayed import BACKENDS, open_store
 
 __all__ = [
     "GI",
@@ -61,9 +62,12 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def store(clock: Clock) -> Iterator[Store]:
-    with Store(clock=clock) as opened:
+@pytest.fixture(params=BACKENDS)
+def store(
+    request: pytest.FixtureRequest, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Store]:
+    """Every test runs over the memory store and the delayed-visibility one."""
+    with open_store(request.param, monkeypatch, clock=clock) as opened:
         yield opened
 
 

@@ -30,6 +30,7 @@ from controller.loops import LoopContext
 from controller.queueing import phases
 from controller.queueing.loop import QueueingLoop
 from controller.store.sqlite import Store
+from tests.controller.delayed import BACKENDS, open_store
 
 GI = 1 << 30
 T0 = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
@@ -338,9 +339,12 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def store(clock: Clock) -> Iterator[Store]:
-    with Store(clock=clock) as opened:
+@pytest.fixture(params=BACKENDS)
+def store(
+    request: pytest.FixtureRequest, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Store]:
+    """Every test runs over the memory store and the delayed-visibility one."""
+    with open_store(request.param, monkeypatch, clock=clock) as opened:
         yield opened
 
 

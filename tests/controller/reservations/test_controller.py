@@ -27,6 +27,7 @@ from controller.reservations.controller import (
 )
 from controller.simulate import simulate
 from controller.store.sqlite import Store
+from tests.controller.delayed import BACKENDS, open_store
 from tests.controller.reservations.builders import (
     T0,
     allocated_to,
@@ -53,9 +54,12 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def store(clock: Clock) -> Iterator[Store]:
-    with Store(clock=clock) as s:
+@pytest.fixture(params=BACKENDS)
+def store(
+    request: pytest.FixtureRequest, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Store]:
+    """Every test runs over the memory store and the delayed-visibility one."""
+    with open_store(request.param, monkeypatch, clock=clock) as s:
         s.create(Node(metadata=ObjectMeta(name="n1")))
         yield s
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from controller.store.sqlite import Store
+from tests.controller.delayed import BACKENDS, open_store
 from tests.controller.queueing.jobs import Clock
 
 
@@ -15,7 +16,10 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def store(clock: Clock) -> Iterator[Store]:
-    with Store(clock=clock) as opened:
+@pytest.fixture(params=BACKENDS)
+def store(
+    request: pytest.FixtureRequest, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Store]:
+    """Every test runs over the memory store and the delayed-visibility one."""
+    with open_store(request.param, monkeypatch, clock=clock) as opened:
         yield opened
