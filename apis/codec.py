@@ -18,6 +18,7 @@ import msgspec.inspect as mi
 import yaml
 
 from apis.bounded import nested_deeper
+from apis.caches import Cache
 from apis.duration import Duration
 from apis.errors import DecodeError, UnknownKind
 from apis.goyaml import MAX_DEPTH, DuplicateKeys, KubeLoader, jsonable, too_deep
@@ -56,9 +57,12 @@ def _dec_hook(target: type, value: Any) -> Any:
     raise NotImplementedError(f"no decoder for {target!r}")
 
 
-#: Durations decoded from JSON, by text (they are immutable; reports repeat a few windows).
-_DURATIONS: dict[str, Duration] = {}
-_DURATIONS_KEPT = 1024
+_DURATIONS: Cache[str, Duration] = Cache(
+    "codec.durations",
+    limit=1024,
+    contract="Durations decoded from JSON, by text: they are immutable, and reports repeat a"
+    " few windows",
+)
 
 
 def _json_dec_hook(target: type, value: Any) -> Any:
@@ -67,12 +71,7 @@ def _json_dec_hook(target: type, value: Any) -> Any:
         return ResourceList.adopt(value)
     if target is Duration and type(value) is str:
         found = _DURATIONS.get(value)
-        if found is None:
-            found = Duration.parse(value)
-            if len(_DURATIONS) >= _DURATIONS_KEPT:
-                _DURATIONS.clear()
-            _DURATIONS[value] = found
-        return found
+        return found if found is not None else _DURATIONS.put(value, Duration.parse(value))
     return _dec_hook(target, value)
 
 
@@ -85,7 +84,11 @@ def _enc_hook(value: Any) -> Any:
 
 
 _ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
-_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+_DECODERS: Cache[type[Any], msgspec.json.Decoder[Any]] = Cache(
+    "codec.decoders",
+    limit=4096,
+    contract="a msgspec decoder per target type: it depends on the type alone",
+)
 
 
 def encode_json(obj: Any) -> bytes:
@@ -101,8 +104,7 @@ def to_builtins(obj: Any) -> Any:
 def _decoder(target: type[T]) -> msgspec.json.Decoder[T]:
     found = _DECODERS.get(target)
     if found is None:
-        found = msgspec.json.Decoder(target, dec_hook=_json_dec_hook)
-        _DECODERS[target] = found
+        found = _DECODERS.put(target, msgspec.json.Decoder(target, dec_hook=_json_dec_hook))
     return found
 
 
@@ -358,9 +360,11 @@ def _union_walk(info: mi.UnionType, seen: frozenset[type]) -> _Walk | None:
 #: The most ``Any`` parts a type may have for its decoded values to be walked (Node has 11,
 #: NodeMetric 2); a Pod, with 91, is cheaper to check by its text.
 MAX_WALKED_ANY_PARTS = 16
-#: type -> how to check the nesting of its decoded values (None: by the text, the type has
-#: parts that cannot say). Types are few and fixed: kept for the process.
-_DEPTH_WALKS: dict[type[Any], tuple[_Walk | None, bool]] = {}
+_DEPTH_WALKS: Cache[type[Any], tuple[_Walk | None, bool]] = Cache(
+    "codec.depth-walks",
+    limit=4096,
+    contract="how to check the nesting of a type's decoded values: it depends on the type alone",
+)
 
 
 def _depth_walk(target: type[Any]) -> tuple[_Walk | None, bool]:
@@ -375,7 +379,7 @@ def _depth_walk(target: type[Any]) -> tuple[_Walk | None, bool]:
             found = (None, False)
         else:  # every list item walks each Any part below it: a few, or the text is cheaper
             found = (walk, _any_parts(info, frozenset()) <= MAX_WALKED_ANY_PARTS)
-        _DEPTH_WALKS[target] = found
+        _DEPTH_WALKS.put(target, found)
     return found
 
 

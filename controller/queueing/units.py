@@ -29,6 +29,7 @@ from typing import Final
 import msgspec
 
 from apis import constants as k
+from apis.caches import IdentityCache
 from apis.core import PodSpec, pod_requests
 from apis.queueing import QueueUnit, QueueUnitSpec
 from apis.resources import ResourceList
@@ -166,18 +167,16 @@ def _template_request(spec: PodSpec) -> ResourceList:
     return pod_requests(spec)
 
 
-_REQUEST_CACHE: dict[int, tuple[PodSpec, ResourceList]] = {}
+_REQUEST_CACHE: IdentityCache[PodSpec, ResourceList] = IdentityCache(
+    "queueing.template-requests",
+    limit=65_536,
+    contract="a unit's pod template spec -> what one replica requests: the spec is immutable",
+)
 
 
 def _per_replica(spec: PodSpec) -> ResourceList:
-    cached = _REQUEST_CACHE.get(id(spec))
-    if cached is not None and cached[0] is spec:
-        return cached[1]
-    request = _template_request(spec)
-    if len(_REQUEST_CACHE) > 65_536:
-        _REQUEST_CACHE.clear()
-    _REQUEST_CACHE[id(spec)] = (spec, request)
-    return request
+    cached = _REQUEST_CACHE.get(spec)
+    return cached if cached is not None else _REQUEST_CACHE.put(spec, _template_request(spec))
 
 
 def _timestamp(value: datetime | None) -> float:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from apis.caches import IdentityCache
 from apis.core import Pod
 from controller.scheduler import framework as fw
 from controller.scheduler.nodetable import NodeTable
@@ -205,25 +206,24 @@ def _schedule(profile: Profile, table: NodeTable, pod: PodInfo, state: fw.CycleS
 
 
 _NONE: frozenset[str] = frozenset()
-#: Read-only candidate masks owning their data (a filter's memoized answer, which nobody
-#: changes) -> (the mask, its rows); the mask is kept so its id is not reused meanwhile.
-_ROWS_OF_READ_ONLY: dict[int, tuple[fw.Mask, fw.Rows]] = {}
-_ROWS_KEPT = 256
+_ROWS_OF_READ_ONLY: IdentityCache[fw.Mask, fw.Rows] = IdentityCache(
+    "scheduler.mask-rows",
+    limit=256,
+    contract="a read-only candidate mask owning its data (a filter's memoized answer, which"
+    " nobody changes) -> its rows",
+)
 
 
 def _rows_of(candidates: fw.Mask) -> fw.Rows:
     """``np.flatnonzero(candidates)``, remembered for a read-only mask owning its data."""
     if candidates.flags.writeable or candidates.base is not None:
         return np.flatnonzero(candidates)
-    known = _ROWS_OF_READ_ONLY.get(id(candidates))
-    if known is not None and known[0] is candidates:
-        return known[1]
-    if len(_ROWS_OF_READ_ONLY) >= _ROWS_KEPT:
-        _ROWS_OF_READ_ONLY.clear()
+    known = _ROWS_OF_READ_ONLY.get(candidates)
+    if known is not None:
+        return known
     rows = np.flatnonzero(candidates)
     rows.flags.writeable = False
-    _ROWS_OF_READ_ONLY[id(candidates)] = (candidates, rows)
-    return rows
+    return _ROWS_OF_READ_ONLY.put(candidates, rows)
 
 
 def _filter(

@@ -80,6 +80,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
+from apis.caches import Cache
 from apis.meta import Model
 
 if TYPE_CHECKING:
@@ -448,9 +449,11 @@ class BindPlugin(Plugin, Protocol):
     def bind(self, state: CycleState, pod: PodInfo, table: NodeTable, row: int) -> Status: ...
 
 
-#: Shared read-only all-0 score arrays by length (see :func:`zero_scores`).
-_ZEROS: dict[int, Scores] = {}
-_ZEROS_KEPT = 64
+_ZEROS: Cache[int, Scores] = Cache(
+    "scheduler.zero-scores",
+    limit=64,
+    contract="shared read-only all-0 score arrays by length (see zero_scores): nobody writes them",
+)
 
 
 def zero_scores(count: int) -> Scores:
@@ -458,11 +461,9 @@ def zero_scores(count: int) -> Scores:
     the pod returns. The cycle recognizes it (:func:`is_zero_scores`) and adds nothing."""
     zeros = _ZEROS.get(count)
     if zeros is None:
-        if len(_ZEROS) >= _ZEROS_KEPT:
-            _ZEROS.clear()
         zeros = np.zeros(count, dtype=np.int64)
         zeros.flags.writeable = False
-        _ZEROS[count] = zeros
+        _ZEROS.put(count, zeros)
     return zeros
 
 

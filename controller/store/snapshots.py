@@ -13,6 +13,17 @@ pass. Before a kind changes, the store sets aside its objects (a shallow copy of
 any snapshot still holding that kind unread (:meth:`LazyView.detach`), so a snapshot reads the
 state it was taken at, however late it reads it, and the view is built only if it does.
 
+Identity. An object that did not change is the same Python object in every later snapshot
+(and in what the store's reads return), and a kind that did not change has the same
+:class:`Items` in every snapshot: every backend keeps this, a remote one by keeping the object
+it decoded until the object changes. Caches keyed by identity rely on it and on nothing else:
+the named identity caches of :mod:`apis.caches` (``queueing.template-requests``,
+``scheduler.mask-rows``), the store's encodings (:meth:`MemoryStore.encode
+<controller.store.memory.MemoryStore.encode>`, per store) and the loops' state per view (the
+scheduler's node signatures and its last pods, the descheduler's and the migration
+controller's pod indexes), which they compare with ``is`` before working anything out again.
+:func:`apis.caches.clear_all` empties the named ones.
+
 What changed between views. Each view built after another knows, for the few views of its
 kind built before it (:data:`LINEAGE_DEPTH`), which objects changed since and what they were
 then (:class:`Lineage`). A loop that keeps what it read last updates its own state from

@@ -195,7 +195,7 @@ def test_json_durations_are_read_once_per_text_and_bad_ones_still_fail() -> None
     for _ in range(2):  # a bad text is never remembered as good
         with pytest.raises(DecodeError, match="invalid duration"):
             decode_json(b'{"duration":"5 minutes"}', AggregatedUsage)
-    for seconds in range(codec._DURATIONS_KEPT + 10):
+    for seconds in range(codec._DURATIONS.limit + 10):
         decode_json(b'{"duration":"%ds"}' % seconds, AggregatedUsage)
-    assert len(codec._DURATIONS) <= codec._DURATIONS_KEPT
+    assert len(codec._DURATIONS) <= codec._DURATIONS.limit
     assert decode_json(b'{"duration":"1h"}', AggregatedUsage).duration == Duration(3600 * 10**9)

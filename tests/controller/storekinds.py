@@ -11,7 +11,7 @@ import msgspec
 from apis.kinds import Kind, Registry
 from apis.meta import Model, Object, ObjectMeta
 from apis.resources import ResourceList
-from controller.store.sqlite import Store
+from controller.store.memory import MemoryStore
 
 ObjT = TypeVar("ObjT", bound=Object)
 
@@ -105,11 +105,11 @@ def as_widgets(objs: Iterable[Object]) -> list[Widget]:
     return [obj for obj in found if isinstance(obj, Widget)]
 
 
-def creating(obj: ObjT) -> Callable[[Store], ObjT]:
+def creating(obj: ObjT) -> Callable[[MemoryStore], ObjT]:
     """An op for ``Store.submit`` that creates ``obj``."""
     return lambda store: store.create(obj)
 
 
-def applying(obj: ObjT) -> Callable[[Store], ObjT]:
+def applying(obj: ObjT) -> Callable[[MemoryStore], ObjT]:
     """An op for ``Store.submit`` that applies ``obj`` and returns the stored object."""
     return lambda store: store.apply(obj)[0]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import MutableSequence, Sequence
+from collections.abc import Iterator, MutableSequence, Sequence
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import TypeVar
 
 import msgspec
@@ -18,9 +19,10 @@ from apis.labels import parse_selector
 from apis.meta import Object, ObjectMeta
 from controller.errors import AlreadyExists, Conflict, Invalid, NotFound, StoreError
 from controller.store.cluster import Outcome
-from controller.store.memory import NAME_SUFFIX_ALPHABET
+from controller.store.memory import NAME_SUFFIX_ALPHABET, MemoryStore
 from controller.store.snapshots import Snapshot
 from controller.store.sqlite import Store
+from tests.controller.backends import STORE_BACKENDS, open_backend
 from tests.controller.storekinds import (
     GADGETS,
     REGISTRY,
@@ -44,9 +46,13 @@ def clock() -> FakeClock:
     return FakeClock(datetime(2026, 3, 1, 12, 0, 0, 750_000, tzinfo=UTC))
 
 
-@pytest.fixture
-def store(clock: FakeClock) -> Store:
-    return Store(registry=REGISTRY, clock=clock)
+@pytest.fixture(params=STORE_BACKENDS)
+def store(
+    request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path
+) -> Iterator[MemoryStore]:
+    """Every test runs over each backend."""
+    with open_backend(request.param, tmp_path, registry=REGISTRY, clock=clock) as opened:
+        yield opened
 
 
 def with_spec(obj: Widget, **changes: object) -> Widget:
@@ -60,7 +66,7 @@ def with_meta(obj: ObjT, **changes: object) -> ObjT:
 # --- create -----------------------------------------------------------------------------------
 
 
-def test_create_sets_server_owned_metadata(store: Store) -> None:
+def test_create_sets_server_owned_metadata(store: MemoryStore) -> None:
     created = store.create(widget("web", labels={"app": "web"}))
     meta = created.metadata
     assert meta.namespace == "default"
@@ -74,12 +80,12 @@ def test_create_sets_server_owned_metadata(store: Store) -> None:
     assert store.resource_version == 1
 
 
-def test_uids_are_unique(store: Store) -> None:
+def test_uids_are_unique(store: MemoryStore) -> None:
     uids = {store.create(widget(f"w{i}")).metadata.uid for i in range(500)}
     assert len(uids) == 500
 
 
-def test_create_ignores_server_owned_fields_given_by_the_caller(store: Store) -> None:
+def test_create_ignores_server_owned_fields_given_by_the_caller(store: MemoryStore) -> None:
     given_meta = ObjectMeta(
         name="web",
         uid="not-mine",
@@ -96,13 +102,13 @@ def test_create_ignores_server_owned_fields_given_by_the_caller(store: Store) ->
     assert created.metadata.creation_timestamp.year == 2026
 
 
-def test_cluster_scoped_objects_have_no_namespace(store: Store) -> None:
+def test_cluster_scoped_objects_have_no_namespace(store: MemoryStore) -> None:
     created = store.create(replace(gadget("g1"), metadata=ObjectMeta(name="g1", namespace="x")))
     assert created.metadata.namespace == ""
     assert store.get(GADGETS, "g1", "whatever") == created
 
 
-def test_create_twice_is_already_exists(store: Store) -> None:
+def test_create_twice_is_already_exists(store: MemoryStore) -> None:
     store.create(widget("web"))
     with pytest.raises(AlreadyExists) as info:
         store.create(widget("web", size=3))
@@ -128,7 +134,7 @@ def test_create_twice_is_already_exists(store: Store) -> None:
     ids=["name", "no-name", "namespace", "label-key", "label-value", "annotation", "finalizer",
          "generate-name"],
 )  # fmt: skip
-def test_invalid_objects_are_refused(store: Store, obj: Widget, message: str) -> None:
+def test_invalid_objects_are_refused(store: MemoryStore, obj: Widget, message: str) -> None:
     with pytest.raises(Invalid) as info:
         store.create(obj)
     assert str(info.value).startswith("Widget.test.koordpy.io ")
@@ -137,13 +143,13 @@ def test_invalid_objects_are_refused(store: Store, obj: Widget, message: str) ->
     assert store.list(WIDGETS) == ([], 0)
 
 
-def test_invalid_carries_field_and_value(store: Store) -> None:
+def test_invalid_carries_field_and_value(store: MemoryStore) -> None:
     with pytest.raises(Invalid) as info:
         store.create(widget("web", labels={"-bad": "x"}))
     assert (info.value.field, info.value.value) == ("metadata.labels", "-bad")
 
 
-def test_unregistered_types_are_invalid(store: Store) -> None:
+def test_unregistered_types_are_invalid(store: MemoryStore) -> None:
     class Stray(Object):
         api_version: str = "x/v1"
         kind: str = "Stray"
@@ -155,7 +161,7 @@ def test_unregistered_types_are_invalid(store: Store) -> None:
 # --- generateName ----------------------------------------------------------------------------
 
 
-def test_generate_name(store: Store) -> None:
+def test_generate_name(store: MemoryStore) -> None:
     created = store.create(widget(generate_name="web-"))
     name = created.metadata.name
     assert name.startswith("web-")
@@ -164,7 +170,9 @@ def test_generate_name(store: Store) -> None:
     assert created.metadata.generate_name == "web-"
 
 
-def test_generate_name_retries_on_clash(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_generate_name_retries_on_clash(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     predicted = random.Random(42)
     first = "web-" + "".join(predicted.choices(NAME_SUFFIX_ALPHABET, k=5))
     second = "web-" + "".join(predicted.choices(NAME_SUFFIX_ALPHABET, k=5))
@@ -173,7 +181,7 @@ def test_generate_name_retries_on_clash(store: Store, monkeypatch: pytest.Monkey
     assert store.create(widget(generate_name="web-")).metadata.name == second
 
 
-def test_long_generate_name_is_cut_to_fit(store: Store) -> None:
+def test_long_generate_name_is_cut_to_fit(store: MemoryStore) -> None:
     created = store.create(widget(generate_name="a" * 80))
     assert created.metadata.name.startswith("a" * 58)
     assert len(created.metadata.name) == 63
@@ -182,14 +190,14 @@ def test_long_generate_name_is_cut_to_fit(store: Store) -> None:
 # --- get / update ----------------------------------------------------------------------------
 
 
-def test_get_missing_is_not_found(store: Store) -> None:
+def test_get_missing_is_not_found(store: MemoryStore) -> None:
     with pytest.raises(NotFound) as info:
         store.get(WIDGETS, "nope", "team")
     assert str(info.value) == 'widgets.test.koordpy.io "nope" not found'
     assert (info.value.namespace, info.value.name) == ("team", "nope")
 
 
-def test_update_with_stale_version_conflicts(store: Store) -> None:
+def test_update_with_stale_version_conflicts(store: MemoryStore) -> None:
     v1 = store.create(widget("web"))
     v2 = store.update(with_spec(v1, size=2))
     assert v2.metadata.resource_version == "2"
@@ -202,14 +210,14 @@ def test_update_with_stale_version_conflicts(store: Store) -> None:
     assert store.get(WIDGETS, "web") == v2
 
 
-def test_update_without_version_is_unconditional(store: Store) -> None:
+def test_update_without_version_is_unconditional(store: MemoryStore) -> None:
     store.create(widget("web"))
     updated = store.update(widget("web", size=5))
     assert updated.spec.size == 5
     assert updated.metadata.resource_version == "2"
 
 
-def test_update_keeps_server_owned_metadata(store: Store, clock: FakeClock) -> None:
+def test_update_keeps_server_owned_metadata(store: MemoryStore, clock: FakeClock) -> None:
     created = store.create(widget("web", finalizers=("example.com/keep",)))
     clock.advance(60)
     incoming = with_meta(
@@ -223,18 +231,18 @@ def test_update_keeps_server_owned_metadata(store: Store, clock: FakeClock) -> N
     assert updated.metadata.generation == 2
 
 
-def test_update_with_another_uid_conflicts(store: Store) -> None:
+def test_update_with_another_uid_conflicts(store: MemoryStore) -> None:
     store.create(widget("web"))
     with pytest.raises(Conflict, match="UID in precondition: other"):
         store.update(with_meta(widget("web", size=2), uid="other"))
 
 
-def test_update_of_missing_object_is_not_found(store: Store) -> None:
+def test_update_of_missing_object_is_not_found(store: MemoryStore) -> None:
     with pytest.raises(NotFound):
         store.update(widget("ghost"))
 
 
-def test_generation_counts_body_changes_only(store: Store) -> None:
+def test_generation_counts_body_changes_only(store: MemoryStore) -> None:
     obj = store.create(widget("web"))
     obj = store.update(with_meta(obj, labels={"app": "web"}))
     assert obj.metadata.generation == 1
@@ -245,7 +253,7 @@ def test_generation_counts_body_changes_only(store: Store) -> None:
     assert obj.metadata.resource_version == "4"
 
 
-def test_update_that_changes_nothing_is_a_no_op(store: Store) -> None:
+def test_update_that_changes_nothing_is_a_no_op(store: MemoryStore) -> None:
     created = store.create(widget("web", labels={"app": "web"}))
     again = store.update(created)
     assert again is created or again == created
@@ -256,7 +264,7 @@ def test_update_that_changes_nothing_is_a_no_op(store: Store) -> None:
     assert store.resource_version == 1
 
 
-def test_update_validates_labels(store: Store) -> None:
+def test_update_validates_labels(store: MemoryStore) -> None:
     obj = store.create(widget("web"))
     with pytest.raises(Invalid, match=re.escape('metadata.labels: Invalid value: "a b"')):
         store.update(with_meta(obj, labels={"a b": "x"}))
@@ -267,7 +275,7 @@ def test_update_validates_labels(store: Store) -> None:
 # --- apply -----------------------------------------------------------------------------------
 
 
-def test_apply_outcomes(store: Store) -> None:
+def test_apply_outcomes(store: MemoryStore) -> None:
     obj, outcome = store.apply(widget("web", size=1))
     assert outcome is Outcome.CREATED
     assert obj.metadata.resource_version == "1"
@@ -280,7 +288,7 @@ def test_apply_outcomes(store: Store) -> None:
     assert store.resource_version == 2
 
 
-def test_apply_replaces_metadata_lists_and_body_keeps_server_fields(store: Store) -> None:
+def test_apply_replaces_metadata_lists_and_body_keeps_server_fields(store: MemoryStore) -> None:
     first, _ = store.apply(
         widget("web", labels={"a": "1", "b": "2"}, annotations={"note": "x"}, color="red")
     )
@@ -293,7 +301,7 @@ def test_apply_replaces_metadata_lists_and_body_keeps_server_fields(store: Store
     assert second.metadata.creation_timestamp == first.metadata.creation_timestamp
 
 
-def test_apply_keeps_stored_status_unless_one_is_given(store: Store) -> None:
+def test_apply_keeps_stored_status_unless_one_is_given(store: MemoryStore) -> None:
     obj = store.create(widget("web"))
     store.update(replace(obj, status=WidgetStatus(phase="Running", ready=1)))
     kept, outcome = store.apply(widget("web"))
@@ -305,7 +313,7 @@ def test_apply_keeps_stored_status_unless_one_is_given(store: Store) -> None:
     assert taken.metadata.generation == 1  # status is not the body
 
 
-def test_apply_with_stale_version_conflicts(store: Store) -> None:
+def test_apply_with_stale_version_conflicts(store: MemoryStore) -> None:
     store.apply(widget("web"))
     store.apply(widget("web", size=2))
     with pytest.raises(Conflict):
@@ -315,7 +323,9 @@ def test_apply_with_stale_version_conflicts(store: Store) -> None:
     assert obj.spec.size == 3
 
 
-def test_a_create_carrying_a_resource_version_is_refused_naming_the_field(store: Store) -> None:
+def test_a_create_carrying_a_resource_version_is_refused_naming_the_field(
+    store: MemoryStore,
+) -> None:
     """As the API server refuses it (kubectl apply of a new object included): nothing stored."""
     store.create(widget("kept"))
     for write in (store.apply, store.create):
@@ -325,12 +335,12 @@ def test_a_create_carrying_a_resource_version_is_refused_naming_the_field(store:
     assert store.exists(WIDGETS, "kept")
 
 
-def test_apply_needs_a_name(store: Store) -> None:
+def test_apply_needs_a_name(store: MemoryStore) -> None:
     with pytest.raises(Invalid, match=re.escape("metadata.name: Required value")):
         store.apply(widget(generate_name="web-"))
 
 
-def test_apply_many_is_one_transaction_with_errors_in_place(store: Store) -> None:
+def test_apply_many_is_one_transaction_with_errors_in_place(store: MemoryStore) -> None:
     store.create(widget("b", size=1))
     results = store.apply_many(
         [widget("a"), widget("b", size=1), widget("Bad"), widget("b", size=2), widget("c")]
@@ -349,7 +359,7 @@ def test_apply_many_is_one_transaction_with_errors_in_place(store: Store) -> Non
 # --- delete and finalizers -------------------------------------------------------------------
 
 
-def test_delete_without_finalizers_removes(store: Store) -> None:
+def test_delete_without_finalizers_removes(store: MemoryStore) -> None:
     created = store.create(widget("web"))
     last, outcome = store.delete(WIDGETS, "web")
     assert outcome is Outcome.DELETED
@@ -362,7 +372,7 @@ def test_delete_without_finalizers_removes(store: Store) -> None:
     assert store.resource_version == 2
 
 
-def test_delete_with_stale_version_conflicts(store: Store) -> None:
+def test_delete_with_stale_version_conflicts(store: MemoryStore) -> None:
     store.create(widget("web"))
     store.apply(widget("web", size=2))
     with pytest.raises(Conflict):
@@ -370,7 +380,7 @@ def test_delete_with_stale_version_conflicts(store: Store) -> None:
     assert store.delete(WIDGETS, "web", resource_version="2")[1] is Outcome.DELETED
 
 
-def test_finalizer_flow(store: Store, clock: FakeClock) -> None:
+def test_finalizer_flow(store: MemoryStore, clock: FakeClock) -> None:
     created = store.create(widget("web", finalizers=("example.com/cleanup",)))
     clock.advance(30)
     marked, outcome = store.delete(WIDGETS, "web")
@@ -400,7 +410,7 @@ def test_finalizer_flow(store: Store, clock: FakeClock) -> None:
         store.get(WIDGETS, "web")
 
 
-def test_apply_removing_the_last_finalizer_deletes(store: Store) -> None:
+def test_apply_removing_the_last_finalizer_deletes(store: MemoryStore) -> None:
     store.apply(widget("web", finalizers=("example.com/a",)))
     store.delete(WIDGETS, "web")
     _, outcome = store.apply(widget("web"))
@@ -411,7 +421,7 @@ def test_apply_removing_the_last_finalizer_deletes(store: Store) -> None:
 # --- list and snapshot -----------------------------------------------------------------------
 
 
-def _populate(store: Store) -> None:
+def _populate(store: MemoryStore) -> None:
     for ns, name, app in [
         ("team-b", "api", "web"),
         ("team-a", "zeta", "db"),
@@ -423,7 +433,7 @@ def _populate(store: Store) -> None:
     store.create(gadget("g1"))
 
 
-def test_list_is_sorted_by_namespace_then_name(store: Store) -> None:
+def test_list_is_sorted_by_namespace_then_name(store: MemoryStore) -> None:
     _populate(store)
     items, version = store.list(WIDGETS)
     assert [(o.metadata.namespace, o.metadata.name) for o in items] == [
@@ -436,7 +446,7 @@ def test_list_is_sorted_by_namespace_then_name(store: Store) -> None:
     assert [o.metadata.name for o in store.list(GADGETS)[0]] == ["g1", "g2"]
 
 
-def test_list_filters_by_namespace_and_selector(store: Store) -> None:
+def test_list_filters_by_namespace_and_selector(store: MemoryStore) -> None:
     _populate(store)
     names = [o.metadata.name for o in store.list(WIDGETS, namespace="team-a")[0]]
     assert names == ["alpha", "zeta"]
@@ -452,7 +462,7 @@ def test_list_filters_by_namespace_and_selector(store: Store) -> None:
     assert len(store.list(GADGETS, namespace="team-a")[0]) == 2
 
 
-def test_snapshot_is_immutable_and_reflects_its_version(store: Store) -> None:
+def test_snapshot_is_immutable_and_reflects_its_version(store: MemoryStore) -> None:
     _populate(store)
     snap = store.snapshot()
     store.apply(widget("alpha", "team-a", size=9))
@@ -475,7 +485,7 @@ def test_snapshot_is_immutable_and_reflects_its_version(store: Store) -> None:
     )
 
 
-def test_snapshots_share_unchanged_kinds(store: Store) -> None:
+def test_snapshots_share_unchanged_kinds(store: MemoryStore) -> None:
     _populate(store)
     first = store.snapshot()
     store.apply(widget("new"))
@@ -485,7 +495,7 @@ def test_snapshots_share_unchanged_kinds(store: Store) -> None:
     assert store.snapshot().objects(WIDGETS) is second.objects(WIDGETS)
 
 
-def test_snapshot_read_late_sees_the_state_it_was_taken_at(store: Store) -> None:
+def test_snapshot_read_late_sees_the_state_it_was_taken_at(store: MemoryStore) -> None:
     # Views are built when first read: the kinds a snapshot has not read yet are kept for it
     # when they change, whatever happened since (updates, new and deleted objects).
     _populate(store)
@@ -555,7 +565,7 @@ def test_every_snapshot_keeps_its_version_whenever_it_is_read(
 # --- submit (group commit) --------------------------------------------------------------------
 
 
-async def test_submit_returns_results_after_commit(store: Store) -> None:
+async def test_submit_returns_results_after_commit(store: MemoryStore) -> None:
     results = await asyncio.gather(*(store.submit(creating(widget(f"w{i}"))) for i in range(50)))
     assert sorted(int(o.metadata.resource_version) for o in results) == list(range(1, 51))
     assert store.resource_version == 50
@@ -563,12 +573,12 @@ async def test_submit_returns_results_after_commit(store: Store) -> None:
     await store.aclose()
 
 
-async def test_a_failing_op_does_not_fail_its_batch(store: Store) -> None:
-    def half_then_fail(s: Store) -> None:
+async def test_a_failing_op_does_not_fail_its_batch(store: MemoryStore) -> None:
+    def half_then_fail(s: MemoryStore) -> None:
         s.create(widget("partial"))
         raise RuntimeError("op broke")
 
-    def conflict(s: Store) -> Object:
+    def conflict(s: MemoryStore) -> Object:
         return s.update(widget("w0", size=7, resource_version="999"))
 
     results = await asyncio.gather(
@@ -592,9 +602,9 @@ async def test_a_failing_op_does_not_fail_its_batch(store: Store) -> None:
 
 
 async def test_submit_many_answers_each_op_and_rolls_back_only_the_failing_one(
-    store: Store,
+    store: MemoryStore,
 ) -> None:
-    def half_then_fail(s: Store) -> None:
+    def half_then_fail(s: MemoryStore) -> None:
         s.create(widget("partial"))
         raise RuntimeError("op broke")
 
@@ -614,7 +624,7 @@ async def test_submit_many_answers_each_op_and_rolls_back_only_the_failing_one(
     await store.aclose()
 
 
-def test_update_many_reports_a_stale_object_in_its_place(store: Store) -> None:
+def test_update_many_reports_a_stale_object_in_its_place(store: MemoryStore) -> None:
     first, second = store.create(widget("w0")), store.create(widget("w1"))
     results = store.update_many(
         [
@@ -633,7 +643,7 @@ def test_update_many_reports_a_stale_object_in_its_place(store: Store) -> None:
     assert store.get(WIDGETS, "w1").spec == second.spec
 
 
-async def test_changed_wakes_on_the_next_commit_and_not_before(store: Store) -> None:
+async def test_changed_wakes_on_the_next_commit_and_not_before(store: MemoryStore) -> None:
     store.create(widget("a"))
     seen = store.resource_version
     # Already past: no wait.
@@ -650,10 +660,10 @@ async def test_changed_wakes_on_the_next_commit_and_not_before(store: Store) -> 
         await asyncio.wait_for(closing, 1.0)
 
 
-async def test_ops_in_one_batch_see_each_other(store: Store) -> None:
+async def test_ops_in_one_batch_see_each_other(store: MemoryStore) -> None:
     store.create(widget("web"))
 
-    def bump(s: Store) -> Object:
+    def bump(s: MemoryStore) -> Object:
         current = s.get(WIDGETS, "web")
         assert isinstance(current, Widget)
         return s.update(with_spec(current, size=current.spec.size + 1))
@@ -666,10 +676,10 @@ async def test_ops_in_one_batch_see_each_other(store: Store) -> None:
     await store.aclose()
 
 
-async def test_reads_outside_ops_see_committed_state_only(store: Store) -> None:
+async def test_reads_outside_ops_see_committed_state_only(store: MemoryStore) -> None:
     seen: list[int] = []
 
-    def create_and_peek(s: Store) -> None:
+    def create_and_peek(s: MemoryStore) -> None:
         s.create(widget("a"))
         seen.append(len(s.list(WIDGETS)[0]))  # the op sees its own write
 
@@ -681,7 +691,7 @@ async def test_reads_outside_ops_see_committed_state_only(store: Store) -> None:
     await store.aclose()
 
 
-async def test_aclose_commits_what_is_queued_and_refuses_more(store: Store) -> None:
+async def test_aclose_commits_what_is_queued_and_refuses_more(store: MemoryStore) -> None:
     pending = [asyncio.ensure_future(store.submit(creating(widget(f"w{i}"))))
                for i in range(5)]  # fmt: skip
     await asyncio.sleep(0)
@@ -693,7 +703,7 @@ async def test_aclose_commits_what_is_queued_and_refuses_more(store: Store) -> N
         store.get(WIDGETS, "w0")
 
 
-async def test_sync_writes_mix_with_submit(store: Store) -> None:
+async def test_sync_writes_mix_with_submit(store: MemoryStore) -> None:
     first = asyncio.ensure_future(store.submit(lambda s: s.create(widget("queued"))))
     store.create(widget("direct"))
     created = await first
@@ -841,7 +851,7 @@ def test_clock_without_timezone_is_taken_as_utc() -> None:
     )
 
 
-def test_encode_gives_the_codec_json(store: Store) -> None:
+def test_encode_gives_the_codec_json(store: MemoryStore) -> None:
     from apis.codec import encode_json
 
     created = store.create(widget("web", labels={"app": "web"}, color="red"))
@@ -851,11 +861,11 @@ def test_encode_gives_the_codec_json(store: Store) -> None:
     assert store.encode(unstored) == encode_json(unstored)
 
 
-async def test_list_inside_an_op_sees_the_transaction(store: Store) -> None:
+async def test_list_inside_an_op_sees_the_transaction(store: MemoryStore) -> None:
     store.create(widget("a"))
     store.create(widget("b"))
 
-    def replace_a_with_c(s: Store) -> list[str]:
+    def replace_a_with_c(s: MemoryStore) -> list[str]:
         s.delete(WIDGETS, "a")
         s.create(widget("c"))
         items, version = s.list(WIDGETS)
@@ -885,3 +895,19 @@ def test_a_view_after_changes_in_place_holds_every_object_where_it_belongs() -> 
         for saved in changed:
             assert items[keys.index((saved.metadata.namespace, saved.metadata.name))] is saved
         assert sum(1 for w in items if isinstance(w, Widget) and w.spec.size == 999) == 3
+
+
+def test_an_unchanged_object_is_the_same_object_in_the_next_snapshot(store: MemoryStore) -> None:
+    """The identity contract the caches rely on (controller/store/snapshots.py, "Identity")."""
+    a = store.create(widget("a"))
+    store.create(widget("b"))
+    store.create(gadget("g"))
+    first = store.snapshot()
+    store.update(with_spec(a, size=9))
+    second = store.snapshot()
+    assert second.get(WIDGETS, "b") is first.get(WIDGETS, "b")
+    assert second.get(WIDGETS, "b") is store.get(WIDGETS, "b")
+    assert second.get(WIDGETS, "a") is not first.get(WIDGETS, "a")
+    assert second.objects(GADGETS) is first.objects(GADGETS)  # an unchanged kind
+    assert second.objects(WIDGETS) is not first.objects(WIDGETS)
+    assert store.snapshot().objects(WIDGETS) is second.objects(WIDGETS)

@@ -1,7 +1,7 @@
 """Issue 18: lists served in pages (``limit``/``continue``) as Kubernetes serves them.
 
-The store's side (:meth:`Store.list_page`): pages in key order, later pages at the first page's
-resourceVersion whatever changed in between, malformed tokens refused naming ``continue``,
+The store's side (:meth:`MemoryStore.list_page`): pages in key order, later pages at the first
+page's resourceVersion whatever changed in between, malformed tokens refused naming ``continue``,
 tokens older than the history expired (410 Gone); then the API's and the CLI's: a namespace
 whose objects together exceed the gRPC message limit is listed by ``koordpy get -A`` in pages.
 """
@@ -25,8 +25,9 @@ from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.client import Client
 from controller.api.server import MAX_MESSAGE_BYTES, PAGE_BYTES
 from controller.errors import Expired, Invalid
-from controller.store.sqlite import Page, Store
+from controller.store.memory import MemoryStore, Page
 from koordpy.cli import main
+from tests.controller.backends import STORE_BACKENDS, open_backend
 from tests.controller.storekinds import GADGETS, REGISTRY, WIDGETS, as_widgets, gadget, widget
 from tests.controller.test_cli import ServerThread
 
@@ -38,7 +39,7 @@ def names(objects: list[Object]) -> list[str]:
 
 
 def every_page(
-    store: Store, limit: int, namespace: str | None = None, selector: Selector | None = None
+    store: MemoryStore, limit: int, namespace: str | None = None, selector: Selector | None = None
 ) -> tuple[list[Page], list[Object]]:
     """Every page of the widgets, following the continue tokens."""
     pages: list[Page] = []
@@ -52,16 +53,17 @@ def every_page(
     return pages, [obj for page in pages for obj in page.items]
 
 
-@pytest.fixture
-def store() -> Iterator[Store]:
-    with Store(registry=REGISTRY) as opened:
+@pytest.fixture(params=STORE_BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
+    """Every test runs over each backend."""
+    with open_backend(request.param, tmp_path, registry=REGISTRY) as opened:
         for ns in ("a", "b", "c"):
             for i in range(7):
                 opened.create(widget(f"w{i}", ns, size=i, labels={"even": str(i % 2 == 0)}))
         yield opened
 
 
-def test_pages_together_are_the_list_in_order_each_object_once(store: Store) -> None:
+def test_pages_together_are_the_list_in_order_each_object_once(store: MemoryStore) -> None:
     everything, version = store.list(WIDGETS)
     pages, paged = every_page(store, 4)
     assert names(paged) == names(everything)
@@ -72,14 +74,14 @@ def test_pages_together_are_the_list_in_order_each_object_once(store: Store) -> 
     assert store.list_page(WIDGETS).items == everything, "limit 0: everything"
 
 
-def test_namespace_and_selector_are_kept_across_pages(store: Store) -> None:
+def test_namespace_and_selector_are_kept_across_pages(store: MemoryStore) -> None:
     even = parse_selector("even=True")
     _, paged = every_page(store, 2, namespace="b", selector=even)
     assert names(paged) == ["b/w0", "b/w2", "b/w4", "b/w6"]
 
 
 def test_cluster_scoped_kinds_page_too() -> None:
-    with Store(registry=REGISTRY) as store:
+    with MemoryStore(registry=REGISTRY) as store:
         for i in range(5):
             store.create(gadget(f"g{i}"))
         first = store.list_page(GADGETS, limit=3)
@@ -88,7 +90,7 @@ def test_cluster_scoped_kinds_page_too() -> None:
         assert rest.continue_ == ""
 
 
-def test_later_pages_are_the_list_at_the_first_pages_version(store: Store) -> None:
+def test_later_pages_are_the_list_at_the_first_pages_version(store: MemoryStore) -> None:
     """Kubernetes serves every page at the first one's resourceVersion: what is created,
     changed or deleted meanwhile does not show, and nothing is skipped or repeated."""
     at_first, version = store.list(WIDGETS)
@@ -131,20 +133,20 @@ def token(**fields: object) -> str:
     ],
     ids=["garbage", "not-json", "no-key", "version", "future", "negative", "not-ascii"],
 )
-def test_malformed_continue_is_refused_naming_continue(store: Store, value: str) -> None:
+def test_malformed_continue_is_refused_naming_continue(store: MemoryStore, value: str) -> None:
     with pytest.raises(Invalid, match="continue: Invalid value") as raised:
         store.list_page(WIDGETS, limit=2, continue_=value)
     assert raised.value.field == "continue"
 
 
-def test_negative_limit_is_refused_naming_limit(store: Store) -> None:
+def test_negative_limit_is_refused_naming_limit(store: MemoryStore) -> None:
     with pytest.raises(Invalid, match="limit: Invalid value: -1") as raised:
         store.list_page(WIDGETS, limit=-1)
     assert raised.value.field == "limit"
 
 
 def test_a_token_older_than_the_history_is_expired_as_410_gone() -> None:
-    with Store(registry=REGISTRY, history_size=4) as store:
+    with MemoryStore(registry=REGISTRY, history_size=4) as store:
         for i in range(6):
             store.create(widget(f"w{i}"))
         first = store.list_page(WIDGETS, limit=2)
@@ -158,7 +160,7 @@ def test_a_token_older_than_the_history_is_expired_as_410_gone() -> None:
         assert restarted.resource_version == store.resource_version
 
 
-def test_a_page_stops_at_its_byte_budget_with_a_token(store: Store) -> None:
+def test_a_page_stops_at_its_byte_budget_with_a_token(store: MemoryStore) -> None:
     one = len(store.encode(store.list(WIDGETS)[0][0]))
     page = store.list_page(WIDGETS, limit=100, max_bytes=3 * one + one // 2)
     assert len(page.items) == 3

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from pathlib import Path
 
 import msgspec
 import pytest
 
 from apis.labels import parse_selector
 from controller.errors import Expired
-from controller.store.sqlite import EventType, Store, Watch, WatchEvent
+from controller.store.memory import EventType, MemoryStore, Watch, WatchEvent
+from tests.controller.backends import STORE_BACKENDS, open_backend
 from tests.controller.storekinds import (
     GADGETS,
     REGISTRY,
@@ -25,9 +28,11 @@ replace = msgspec.structs.replace
 ADDED, MODIFIED, DELETED = EventType.ADDED, EventType.MODIFIED, EventType.DELETED
 
 
-@pytest.fixture
-def store() -> Store:
-    return Store(registry=REGISTRY, clock=FakeClock())
+@pytest.fixture(params=STORE_BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
+    """Every test runs over each backend."""
+    with open_backend(request.param, tmp_path, registry=REGISTRY, clock=FakeClock()) as opened:
+        yield opened
 
 
 async def take(watch: Watch, count: int) -> list[WatchEvent]:
@@ -45,7 +50,7 @@ def summary(events: list[WatchEvent]) -> list[tuple[str, str, int]]:
     return [(e.type.value, e.object.metadata.name, e.resource_version) for e in events]
 
 
-async def test_initial_objects_then_live_events_in_order(store: Store) -> None:
+async def test_initial_objects_then_live_events_in_order(store: MemoryStore) -> None:
     store.create(widget("b"))
     store.create(widget("a"))
     with store.watch(WIDGETS) as watch:
@@ -67,7 +72,7 @@ async def test_initial_objects_then_live_events_in_order(store: Store) -> None:
     assert events[3].object.metadata.resource_version == "4"
 
 
-async def test_watch_filters_by_kind_and_namespace(store: Store) -> None:
+async def test_watch_filters_by_kind_and_namespace(store: MemoryStore) -> None:
     everything = store.watch()
     gadgets = store.watch(GADGETS)
     team = store.watch(WIDGETS, namespace="team")
@@ -86,7 +91,7 @@ async def test_watch_filters_by_kind_and_namespace(store: Store) -> None:
         watch.close()
 
 
-async def test_no_op_writes_produce_no_events(store: Store) -> None:
+async def test_no_op_writes_produce_no_events(store: MemoryStore) -> None:
     created = store.create(widget("a"))
     with store.watch(WIDGETS, resource_version=1) as watch:
         store.update(created)
@@ -96,7 +101,7 @@ async def test_no_op_writes_produce_no_events(store: Store) -> None:
         assert pending(watch) == []
 
 
-async def test_selector_enter_and_leave(store: Store) -> None:
+async def test_selector_enter_and_leave(store: MemoryStore) -> None:
     store.create(widget("a", labels={"app": "web"}))
     store.create(widget("b", labels={"app": "db"}))
     with store.watch(WIDGETS, selector=parse_selector("app=web")) as watch:
@@ -118,7 +123,7 @@ async def test_selector_enter_and_leave(store: Store) -> None:
     assert events[2].object.metadata.labels == {"app": "db"}
 
 
-async def test_resume_from_a_version(store: Store) -> None:
+async def test_resume_from_a_version(store: MemoryStore) -> None:
     for name in "abcd":
         store.create(widget(name))
     store.delete(WIDGETS, "a")
@@ -134,7 +139,7 @@ async def test_resume_from_a_version(store: Store) -> None:
         assert pending(watch) == []
 
 
-async def test_resume_applies_the_filters(store: Store) -> None:
+async def test_resume_applies_the_filters(store: MemoryStore) -> None:
     store.create(widget("a", "x", labels={"app": "web"}))
     store.create(gadget("g"))
     store.create(widget("b", "y", labels={"app": "web"}))
@@ -147,7 +152,7 @@ async def test_resume_applies_the_filters(store: Store) -> None:
 
 
 async def test_too_old_version_is_expired() -> None:
-    store = Store(registry=REGISTRY, clock=FakeClock(), history_size=3)
+    store = MemoryStore(registry=REGISTRY, clock=FakeClock(), history_size=3)
     for i in range(6):
         store.create(widget(f"w{i}"))
     # the history holds versions 4..6: resuming after 3 works, after 2 does not
@@ -158,7 +163,7 @@ async def test_too_old_version_is_expired() -> None:
 
 
 async def test_slow_watcher_is_closed_not_blocking_writers() -> None:
-    store = Store(registry=REGISTRY, clock=FakeClock(), watch_queue_size=4)
+    store = MemoryStore(registry=REGISTRY, clock=FakeClock(), watch_queue_size=4)
     slow = store.watch(WIDGETS)
     fast = store.watch(WIDGETS)
     for i in range(10):
@@ -179,7 +184,7 @@ async def test_slow_watcher_is_closed_not_blocking_writers() -> None:
 
 
 async def test_initial_backlog_does_not_count_against_the_queue() -> None:
-    store = Store(registry=REGISTRY, clock=FakeClock(), watch_queue_size=2)
+    store = MemoryStore(registry=REGISTRY, clock=FakeClock(), watch_queue_size=2)
     for i in range(10):
         store.create(widget(f"w{i}"))
     with store.watch(WIDGETS) as watch:
@@ -188,7 +193,7 @@ async def test_initial_backlog_does_not_count_against_the_queue() -> None:
     assert events[-1].object.metadata.name == "late"
 
 
-async def test_close_ends_iteration_and_wakes_a_waiting_consumer(store: Store) -> None:
+async def test_close_ends_iteration_and_wakes_a_waiting_consumer(store: MemoryStore) -> None:
     watch = store.watch(WIDGETS)
     consumer = asyncio.ensure_future(anext(watch))
     await asyncio.sleep(0)
@@ -200,14 +205,14 @@ async def test_close_ends_iteration_and_wakes_a_waiting_consumer(store: Store) -
     assert pending(watch) == []
 
 
-async def test_closing_the_store_ends_watches(store: Store) -> None:
+async def test_closing_the_store_ends_watches(store: MemoryStore) -> None:
     watch = store.watch()
     store.create(widget("a"))
     store.close()
     assert [e async for e in watch] == []
 
 
-async def test_a_consumer_waiting_receives_events(store: Store) -> None:
+async def test_a_consumer_waiting_receives_events(store: MemoryStore) -> None:
     with store.watch(WIDGETS) as watch:
         consumer = asyncio.ensure_future(take(watch, 2))
         await asyncio.sleep(0)
@@ -217,7 +222,7 @@ async def test_a_consumer_waiting_receives_events(store: Store) -> None:
         assert summary(await consumer) == [("ADDED", "a", 1), ("ADDED", "b", 2)]
 
 
-async def test_finalizer_flow_events(store: Store) -> None:
+async def test_finalizer_flow_events(store: MemoryStore) -> None:
     store.create(widget("a", finalizers=("example.com/f",)))
     with store.watch(WIDGETS, resource_version=1) as watch:
         marked, _ = store.delete(WIDGETS, "a")
@@ -227,7 +232,7 @@ async def test_finalizer_flow_events(store: Store) -> None:
     assert events[0].object.metadata.deletion_timestamp is not None
 
 
-async def test_group_commit_events_are_in_version_order(store: Store) -> None:
+async def test_group_commit_events_are_in_version_order(store: MemoryStore) -> None:
     with store.watch(WIDGETS) as watch:
 
         async def writer(prefix: str) -> None:
@@ -243,8 +248,8 @@ async def test_group_commit_events_are_in_version_order(store: Store) -> None:
     await store.aclose()
 
 
-async def test_failed_ops_publish_nothing(store: Store) -> None:
-    def fails(s: Store) -> None:
+async def test_failed_ops_publish_nothing(store: MemoryStore) -> None:
+    def fails(s: MemoryStore) -> None:
         s.create(widget("ghost"))
         raise ValueError("no")
 
