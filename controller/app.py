@@ -24,6 +24,7 @@ from pathlib import Path
 import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
+from controller.api.groupcommit import GroupCommit
 from controller.api.server import ApiServer
 from controller.api.token import check_token
 from controller.config import ControllerConfig, queueing_plugins
@@ -122,7 +123,9 @@ async def open_controller(
     token = _token(cfg, api_token)
     store = open_store(cfg, state_dir)
     stack.callback(store.close)
-    stack.push_async_callback(store.aclose)
+    # One group commit for every writer: what is queued is committed before the store closes.
+    commits = GroupCommit(store)
+    stack.push_async_callback(commits.aclose)
     registry = CollectorRegistry()
     restarts = lifecycle.restarts_counter(registry)
     api = ApiServer(
@@ -132,6 +135,7 @@ async def open_controller(
         tls_cert=Path(cfg.api.tls_cert) if cfg.api.tls_cert else None,
         tls_key=Path(cfg.api.tls_key) if cfg.api.tls_key else None,
         grace=cfg.api.shutdown_grace,
+        commits=commits,
     )
     await stack.enter_async_context(api)
     metrics = stack.enter_context(serve_metrics(metrics_address or cfg.metrics.address, registry))
@@ -160,13 +164,14 @@ async def open_controller(
     if bus is None and cfg.ingest.transport == "mqtt":
         bus = await _bridge(stack, cfg, registry)
     if bus is not None:
-        liveness = Liveness(store, lost_after=cfg.ingest.node_lost_after)
+        liveness = Liveness(store, lost_after=cfg.ingest.node_lost_after, commits=commits)
         ingest = Ingest(
             bus,
             store,
             registry=registry,
             liveness=liveness,
             max_payload=cfg.ingest.max_payload,
+            commits=commits,
         )
         components[:0] = [ingest, NodeFeed(bus, store), liveness]
     return Controller(

@@ -1,8 +1,8 @@
 """The controller API server: ``grpc.aio`` over the :class:`~controller.store.sqlite.Store`.
 
-Writes go through ``store.submit`` so concurrent requests share group commits; reads go
-straight to the store. Store errors become gRPC statuses (see ``objects.proto``) carrying the
-store's message and a ``koordpy-reason`` trailer.
+Writes go through a group commit (:mod:`controller.api.groupcommit`) so concurrent requests
+share one transaction; reads go straight to the store. Store errors become gRPC statuses (see
+``objects.proto``) carrying the store's message and a ``koordpy-reason`` trailer.
 
 A unix socket is guarded by its file mode (0600, parent directory 0700 when created here);
 TCP always needs a bearer token (``authorization: Bearer <token>``) and may use TLS::
@@ -37,6 +37,7 @@ from controller import errors
 from controller.api import objects_pb2 as pb
 from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.address import Address, resolve
+from controller.api.groupcommit import GroupCommit
 from controller.store.cluster import Outcome
 from controller.store.persistence import StorageFull
 from controller.store.sqlite import Store
@@ -130,8 +131,10 @@ async def _abort(context: aio.ServicerContext[Any, Any], err: Exception) -> NoRe
 class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
     """The five RPCs, each a thin translation onto the store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, commits: GroupCommit[Store] | None = None) -> None:
         self._store = store
+        #: the writes of concurrent requests, committed together
+        self._commits = commits if commits is not None else GroupCommit(store)
         # Kind properties are derived from the Struct on each access; keep what we need.
         self._versions: dict[Kind, str] = {}
         self._keys: dict[type[Object], str] = {}
@@ -207,7 +210,7 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
             return done
 
         try:
-            outcomes = await self._store.submit(run)
+            outcomes = await self._commits.submit(run)
         except errors.StoreError as err:  # the batch could not be committed (disk full...)
             await _abort(context, err)
         omit = request.omit_objects
@@ -269,7 +272,7 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
             name = request.name
             namespace = self._namespace(kind, request.namespace)
             version = str(request.resource_version) if request.resource_version else ""
-            obj, outcome = await self._store.submit(
+            obj, outcome = await self._commits.submit(
                 lambda store: store.delete(kind, name, namespace, resource_version=version)
             )
         except (errors.StoreError, UnknownKind) as err:
@@ -432,8 +435,10 @@ class ApiServer:
         tls_cert: Path | None = None,
         tls_key: Path | None = None,
         grace: float = 5.0,
+        commits: GroupCommit[Store] | None = None,
     ) -> None:
         self._store = store
+        self._commits = commits if commits is not None else GroupCommit(store)
         self._address = address if isinstance(address, Address) else resolve(address)
         self._token = token
         self._tls = (tls_cert, tls_key)
@@ -464,7 +469,7 @@ class ApiServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        pb_grpc.add_ObjectsServicer_to_server(_Servicer(self._store), server)
+        pb_grpc.add_ObjectsServicer_to_server(_Servicer(self._store, self._commits), server)
         try:
             if address.path is not None:
                 _prepare_socket(address.path)

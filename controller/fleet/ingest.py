@@ -61,8 +61,9 @@ still tells the report already stored), or after its agent's ``online`` (see ``s
 
 Cost. Messages that arrive together (within ``linger``, 20 ms, of each other, and within
 ``max_linger``, 100 ms, of the first) are written in one store transaction (one SQLite commit,
-and one pass of the control loops) through :meth:`controller.store.sqlite.Store.submit_many`; each
-message's writes still succeed or fail alone. What arrives is taken off the subscription at
+and one pass of the control loops) through
+:meth:`controller.api.groupcommit.GroupCommit.submit_many`; each message's writes still succeed
+or fail alone. What arrives is taken off the subscription at
 every ``linger`` step, so a body waits unread at most that long. A Node or Device that
 differs from the last body of its topic only in its time stamp (a heartbeat, a
 ``reported-at``: most of what a fleet sends) is taken without being decoded again; what is
@@ -94,6 +95,7 @@ from apis.kinds import Kind
 from apis.meta import REPORTED_AT_ANNOTATION, Object
 from apis.scheduling import Device
 from apis.slo import NodeMetric, NodeMetricSpec
+from controller.api.groupcommit import GroupCommit
 from controller.descheduler.evictor import TokenBucket
 from controller.errors import AlreadyExists, NotFound, StoreError
 from controller.events import WARNING, EventRecorder
@@ -475,10 +477,12 @@ class Ingest:
         max_linger: float = MAX_LINGER,
         event_qps: float = EVENT_QPS,
         event_burst: int = EVENT_BURST,
+        commits: GroupCommit[Store] | None = None,
     ) -> None:
         self.name = "ingest"
         self._bus = bus
         self._store = store
+        self._commits = commits if commits is not None else GroupCommit(store)
         self._clock = clock
         self._client_id = client_id
         self._liveness = liveness
@@ -628,7 +632,7 @@ class Ingest:
         outcomes: list[Any] = []
         if writes:
             try:
-                done_all = await self._store.submit_many([w.op for w in writes])
+                done_all = await self._commits.submit_many([w.op for w in writes])
             except StoreError as err:  # closed (or the commit failed): every write alike
                 outcomes = [err] * len(writes)
             else:

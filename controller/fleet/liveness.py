@@ -38,6 +38,7 @@ import msgspec
 from apis.core import Node, Taint
 from apis.kinds import Kind
 from apis.meta import Condition
+from controller.api.groupcommit import GroupCommit
 from controller.errors import NotFound, StoreError
 from controller.store.sqlite import Store
 from runtime import lifecycle
@@ -162,12 +163,14 @@ class Liveness:
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = _utcnow,
         check_interval: float | None = None,
+        commits: GroupCommit[Store] | None = None,
     ) -> None:
         if lost_after <= 0:
             raise ValueError(f"lost_after must be positive, got {lost_after}")
         self.lost_after = lost_after
         self.check_interval = check_interval or min(MAX_CHECK_INTERVAL, lost_after / 6)
         self._store = store
+        self._commits = commits if commits is not None else GroupCommit(store)
         self._kind: Kind = store.registry.for_type(Node)
         self._clock = clock
         self._now = now
@@ -238,7 +241,7 @@ class Liveness:
             return write
 
         outcomes = await asyncio.gather(
-            *(self._store.submit(mark(name)) for name in names), return_exceptions=True
+            *(self._commits.submit(mark(name)) for name in names), return_exceptions=True
         )
         marked: list[str] = []
         for name, outcome in zip(names, outcomes, strict=True):

@@ -26,11 +26,12 @@ objects with Kubernetes semantics (``koordpy simulate``; the base of the SQLite 
 Transactions. Every write runs in a transaction. A synchronous write method (``create``,
 ``update``, ``apply``, ``delete``, ``apply_many``) called on its own is one transaction,
 committed (kept by the backend: :meth:`MemoryStore._persist`) before it returns.
-``submit(op)`` queues ``op`` for the committer task, which runs everything queued so far in
-one transaction, commits it, publishes the watch events, and then resolves each caller with
-its op's result or exception. An op that raises rolls back only its own changes; the others in
-the batch still commit. Writes made by an op (or by ``apply_many``) and ``get``/``list`` called
-from inside it see that transaction's changes; everywhere else reads see committed state only.
+``transact(ops)`` runs many ops (callables against the store) in one transaction, commits
+it and publishes the watch events; an op that raises rolls back only its own changes, the
+others still commit (the API's group commit, :mod:`controller.api.groupcommit`, batches
+callers' writes with it). Writes made by an op (or by ``apply_many``) and ``get``/``list``
+called from inside it see that transaction's changes; everywhere else reads see committed
+state only.
 
 The store is used from one thread (the event loop's, or a plain script's).
 """
@@ -67,7 +68,6 @@ from controller.errors import (
     Expired,
     Invalid,
     NotFound,
-    StorageFull,
     StoreError,
 )
 from controller.store.cluster import Outcome
@@ -260,12 +260,6 @@ def _merged(
     yield from earlier[j:]
 
 
-@dataclass(slots=True)
-class _Pending:
-    op: Callable[[Any], Any]  # of the store running it
-    future: asyncio.Future[Any]
-
-
 def _few(changed: Set[tuple[str, str]], before: KindView) -> bool:
     """Whether a view is updated from ``before`` (``changed`` since) rather than built anew."""
     return len(changed) * 8 < len(before.items)
@@ -317,10 +311,6 @@ class MemoryStore:
         self._changed: asyncio.Event | None = None
         self._txn: _Transaction | None = None
         self._hub = WatchHub(history_size=history_size, queue_size=watch_queue_size)
-        self._queue: list[_Pending] = []
-        self._committer: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
-        self._closing = False
         self._closed = False
         # A seed makes uids and generated names reproducible (``koordpy simulate``).
         self._random = random.Random(seed)
@@ -939,28 +929,28 @@ class MemoryStore:
     def _release(self) -> None:
         """Closing: release what the backend holds (after every watch ended)."""
 
-    # -- group commit ------------------------------------------------------------------------
+    # -- many ops in one commit -------------------------------------------------------------
 
-    async def submit(self, op: Callable[[Self], T]) -> T:
-        """Run ``op(store)`` in the next group commit; its result once that batch is committed.
-
-        ``op`` calls the synchronous write (and read) methods; what it raises is raised here,
-        and its own changes are rolled back without affecting the rest of the batch.
-        """
-        return await self.submit_nowait(op)
-
-    def submit_many(
-        self, ops: Sequence[Callable[[Self], Any]]
-    ) -> asyncio.Future[builtins.list[tuple[bool, Any]]]:
-        """Many ops in the next group commit, with one future: ``(True, result)`` or
-        ``(False, exception)`` for each, in order; each op's changes are rolled back alone
-        when it raises, as with :meth:`submit`."""
-        batch = tuple(ops)
-        return self.submit_nowait(lambda store: store._run_each(batch))
-
-    def _run_each(self, ops: tuple[Callable[[Any], Any], ...]) -> builtins.list[tuple[bool, Any]]:
+    def transact(self, ops: Sequence[Callable[[Self], Any]]) -> builtins.list[tuple[bool, Any]]:
+        """Run ``ops`` in one transaction: ``(True, result)`` or ``(False, exception)`` for
+        each, in order, each op's changes rolled back alone when it raises; committed before
+        this returns (``StoreError``: nothing of it is). Inside a transaction, part of it.
+        What :class:`controller.api.groupcommit.GroupCommit` runs its batches with."""
         txn = self._txn
-        assert txn is not None, "runs inside a group commit"
+        if txn is not None:
+            return self._run_each(txn, ops)
+        self._check_open()
+        txn = self._txn = _Transaction(self._version)
+        try:
+            results = self._run_each(txn, ops)
+        finally:
+            self._txn = None
+        self._commit(txn)
+        return results
+
+    def _run_each(
+        self, txn: _Transaction, ops: Sequence[Callable[[Self], Any]]
+    ) -> builtins.list[tuple[bool, Any]]:
         results: builtins.list[tuple[bool, Any]] = []
         for op in ops:
             mark = txn.mark()
@@ -970,79 +960,6 @@ class MemoryStore:
                 txn.rollback(mark)
                 results.append((False, err))
         return results
-
-    def submit_nowait(self, op: Callable[[Self], T]) -> asyncio.Future[T]:
-        """:meth:`submit` without the coroutine: the future of ``op``'s result (for callers
-        handing in many writes at once, which gather the futures)."""
-        if self._closing or self._closed:
-            raise StoreError("store is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._queue.append(_Pending(op, future))
-        wake = self._wake
-        if self._committer is None or self._committer.done() or wake is None:
-            wake = self._wake = asyncio.Event()
-            self._committer = loop.create_task(self._commit_loop(wake), name="store-committer")
-        wake.set()
-        return future
-
-    async def _commit_loop(self, wake: asyncio.Event) -> None:
-        try:
-            while True:
-                if not self._queue:
-                    if self._closing:
-                        return
-                    wake.clear()
-                    await wake.wait()
-                    continue
-                batch, self._queue = self._queue, []
-                self._run_batch(batch)
-        finally:
-            self._committer = None
-            self._wake = None
-            queue, self._queue = self._queue, []
-            for pending in queue:
-                if not pending.future.done():
-                    pending.future.set_exception(StoreError("store is closed"))
-
-    def _run_batch(self, batch: builtins.list[_Pending]) -> None:
-        try:
-            self._check_open()
-            txn = self._txn = _Transaction(self._version)
-            results: builtins.list[tuple[bool, Any] | None] = []
-            try:
-                for pending in batch:
-                    if pending.future.done():  # its caller stopped waiting: skip it
-                        results.append(None)
-                        continue
-                    mark = txn.mark()
-                    try:
-                        results.append((True, pending.op(self)))
-                    except Exception as err:
-                        txn.rollback(mark)
-                        results.append((False, err))
-            finally:
-                self._txn = None
-            self._commit(txn)
-        except StoreError as err:
-            failed = StorageFull if isinstance(err, StorageFull) else StoreError
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(failed(err.message))
-            return
-        except BaseException:
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(StoreError("store committer stopped"))
-            raise
-        for pending, result in zip(batch, results, strict=True):
-            future = pending.future
-            if result is None or future.done():
-                continue
-            if result[0]:
-                future.set_result(result[1])
-            else:
-                future.set_exception(result[1])
 
     # -- watches -----------------------------------------------------------------------------
 
@@ -1074,33 +991,23 @@ class MemoryStore:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
-        """Release the file and end every watch; queued submits fail. Idempotent."""
+        """Release the file and end every watch. Idempotent."""
         if self._closed:
             return
-        self._closed = self._closing = True
-        task = self._committer
-        if task is not None and not task.done():
-            task.cancel()
-        queue, self._queue = self._queue, []
-        for pending in queue:
-            if not pending.future.done():
-                pending.future.set_exception(StoreError("store is closed"))
+        self._closed = True
         self._hub.close()
         if self._changed is not None:
             self._changed.set()  # the waiters find the store closed
         self._release()
 
     async def aclose(self) -> None:
-        """Commit what is queued, stop the committer, then :meth:`close`."""
-        self._closing = True
-        try:
-            task = self._committer
-            if task is not None and self._wake is not None:
-                self._wake.set()
-                await task
-        finally:
-            self.close()
+        """:meth:`close`, for ``async with``."""
+        self.close()
 
     def __enter__(self) -> Self:
         return self

@@ -1,4 +1,4 @@
-"""Writes objects through ``Store.submit`` and prints every acknowledged write, until killed.
+"""Writes objects through a group commit and prints every acknowledged write, until killed.
 
 Used by the crash test: ``python -m tests.controller.crashwriter STATE_FILE CALLERS LIMIT``.
 Each line is ``NAME RESOURCE_VERSION``, printed only after the create was acknowledged, i.e.
@@ -12,6 +12,7 @@ import itertools
 import sys
 from pathlib import Path
 
+from controller.api.groupcommit import GroupCommit
 from controller.store.sqlite import Store
 from tests.controller.storekinds import REGISTRY, creating, widget
 
@@ -23,6 +24,7 @@ def _ack(name: str, version: str) -> None:
 
 async def main(path: Path, callers: int, limit: int) -> None:
     store = Store(path=path, registry=REGISTRY)
+    commits = GroupCommit(store)
     numbers = itertools.count()
 
     async def writer() -> None:
@@ -30,13 +32,14 @@ async def main(path: Path, callers: int, limit: int) -> None:
             if i >= limit:
                 return
             name = f"w{i}"
-            created = await store.submit(creating(widget(name, size=i)))
+            created = await commits.submit(creating(widget(name, size=i)))
             _ack(name, created.metadata.resource_version)
 
     try:
         await asyncio.gather(*(writer() for _ in range(callers)))
     finally:
-        await store.aclose()
+        await commits.aclose()
+        store.close()
 
 
 if __name__ == "__main__":

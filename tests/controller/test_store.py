@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from apis.labels import parse_selector
 from apis.meta import Object, ObjectMeta
+from controller.api.groupcommit import GroupCommit
 from controller.errors import AlreadyExists, Conflict, Invalid, NotFound, StoreError
 from controller.store.cluster import Outcome
 from controller.store.memory import NAME_SUFFIX_ALPHABET, MemoryStore
@@ -562,18 +563,21 @@ def test_every_snapshot_keeps_its_version_whenever_it_is_read(
         assert [o.metadata.name for o in snap.objects(WIDGETS)] == sorted(expected)
 
 
-# --- submit (group commit) --------------------------------------------------------------------
+# --- group commit (controller/api/groupcommit.py) -------------------------------------------------
 
 
 async def test_submit_returns_results_after_commit(store: MemoryStore) -> None:
-    results = await asyncio.gather(*(store.submit(creating(widget(f"w{i}"))) for i in range(50)))
+    commits = GroupCommit(store)
+    results = await asyncio.gather(*(commits.submit(creating(widget(f"w{i}"))) for i in range(50)))
     assert sorted(int(o.metadata.resource_version) for o in results) == list(range(1, 51))
     assert store.resource_version == 50
     assert len(store.list(WIDGETS)[0]) == 50
-    await store.aclose()
+    await commits.aclose()
 
 
 async def test_a_failing_op_does_not_fail_its_batch(store: MemoryStore) -> None:
+    commits = GroupCommit(store)
+
     def half_then_fail(s: MemoryStore) -> None:
         s.create(widget("partial"))
         raise RuntimeError("op broke")
@@ -582,11 +586,11 @@ async def test_a_failing_op_does_not_fail_its_batch(store: MemoryStore) -> None:
         return s.update(widget("w0", size=7, resource_version="999"))
 
     results = await asyncio.gather(
-        store.submit(lambda s: s.create(widget("w0"))),
-        store.submit(half_then_fail),
-        store.submit(lambda s: s.create(widget("w1"))),
-        store.submit(conflict),
-        store.submit(lambda s: s.create(widget("w2"))),
+        commits.submit(lambda s: s.create(widget("w0"))),
+        commits.submit(half_then_fail),
+        commits.submit(lambda s: s.create(widget("w1"))),
+        commits.submit(conflict),
+        commits.submit(lambda s: s.create(widget("w2"))),
         return_exceptions=True,
     )
     assert isinstance(results[1], RuntimeError)
@@ -598,17 +602,19 @@ async def test_a_failing_op_does_not_fail_its_batch(store: MemoryStore) -> None:
     ]
     assert [o.metadata.name for o in store.list(WIDGETS)[0]] == ["w0", "w1", "w2"]
     assert store.resource_version == 3
-    await store.aclose()
+    await commits.aclose()
 
 
 async def test_submit_many_answers_each_op_and_rolls_back_only_the_failing_one(
     store: MemoryStore,
 ) -> None:
+    commits = GroupCommit(store)
+
     def half_then_fail(s: MemoryStore) -> None:
         s.create(widget("partial"))
         raise RuntimeError("op broke")
 
-    results = await store.submit_many(
+    results = await commits.submit_many(
         [
             lambda s: s.create(widget("w0")),
             half_then_fail,
@@ -621,7 +627,7 @@ async def test_submit_many_answers_each_op_and_rolls_back_only_the_failing_one(
     assert isinstance(results[2][1], Conflict)
     assert [o.metadata.name for o in store.list(WIDGETS)[0]] == ["w0", "w1"]
     assert store.resource_version == 2
-    await store.aclose()
+    await commits.aclose()
 
 
 def test_update_many_reports_a_stale_object_in_its_place(store: MemoryStore) -> None:
@@ -644,6 +650,7 @@ def test_update_many_reports_a_stale_object_in_its_place(store: MemoryStore) -> 
 
 
 async def test_changed_wakes_on_the_next_commit_and_not_before(store: MemoryStore) -> None:
+    commits = GroupCommit(store)
     store.create(widget("a"))
     seen = store.resource_version
     # Already past: no wait.
@@ -651,7 +658,7 @@ async def test_changed_wakes_on_the_next_commit_and_not_before(store: MemoryStor
     waiter = asyncio.create_task(store.changed(seen))
     await asyncio.sleep(0.01)
     assert not waiter.done()
-    await store.submit(creating(widget("b")))
+    await commits.submit(creating(widget("b")))
     assert await asyncio.wait_for(waiter, 1.0) == seen + 1
     closing = asyncio.create_task(store.changed(store.resource_version))
     await asyncio.sleep(0.01)
@@ -661,6 +668,7 @@ async def test_changed_wakes_on_the_next_commit_and_not_before(store: MemoryStor
 
 
 async def test_ops_in_one_batch_see_each_other(store: MemoryStore) -> None:
+    commits = GroupCommit(store)
     store.create(widget("web"))
 
     def bump(s: MemoryStore) -> Object:
@@ -668,48 +676,52 @@ async def test_ops_in_one_batch_see_each_other(store: MemoryStore) -> None:
         assert isinstance(current, Widget)
         return s.update(with_spec(current, size=current.spec.size + 1))
 
-    results = await asyncio.gather(*(store.submit(bump) for _ in range(10)))
+    results = await asyncio.gather(*(commits.submit(bump) for _ in range(10)))
     assert [o.spec.size for o in results if isinstance(o, Widget)] == list(range(2, 12))
     final = store.get(WIDGETS, "web")
     assert isinstance(final, Widget)
     assert final.spec.size == 11
-    await store.aclose()
+    await commits.aclose()
 
 
 async def test_reads_outside_ops_see_committed_state_only(store: MemoryStore) -> None:
+    commits = GroupCommit(store)
     seen: list[int] = []
 
     def create_and_peek(s: MemoryStore) -> None:
         s.create(widget("a"))
         seen.append(len(s.list(WIDGETS)[0]))  # the op sees its own write
 
-    task = asyncio.ensure_future(store.submit(create_and_peek))
+    task = asyncio.ensure_future(commits.submit(create_and_peek))
     assert store.list(WIDGETS)[0] == []
     await task
     assert seen == [1]
     assert len(store.list(WIDGETS)[0]) == 1
-    await store.aclose()
+    await commits.aclose()
 
 
 async def test_aclose_commits_what_is_queued_and_refuses_more(store: MemoryStore) -> None:
-    pending = [asyncio.ensure_future(store.submit(creating(widget(f"w{i}"))))
+    commits = GroupCommit(store)
+    pending = [asyncio.ensure_future(commits.submit(creating(widget(f"w{i}"))))
                for i in range(5)]  # fmt: skip
     await asyncio.sleep(0)
-    await store.aclose()
+    await commits.aclose()
     assert all(p.done() and not p.exception() for p in pending)
     with pytest.raises(StoreError, match="closed"):
-        await store.submit(lambda s: s.create(widget("late")))
+        await commits.submit(lambda s: s.create(widget("late")))
+    store.close()
     with pytest.raises(StoreError, match="closed"):
         store.get(WIDGETS, "w0")
 
 
 async def test_sync_writes_mix_with_submit(store: MemoryStore) -> None:
-    first = asyncio.ensure_future(store.submit(lambda s: s.create(widget("queued"))))
+    commits = GroupCommit(store)
+    first = asyncio.ensure_future(commits.submit(lambda s: s.create(widget("queued"))))
     store.create(widget("direct"))
     created = await first
     assert created.metadata.resource_version == "2"
     assert store.get(WIDGETS, "direct").metadata.resource_version == "1"
-    await store.aclose()
+    await commits.aclose()
 
 
 # --- properties ------------------------------------------------------------------------------
@@ -862,6 +874,7 @@ def test_encode_gives_the_codec_json(store: MemoryStore) -> None:
 
 
 async def test_list_inside_an_op_sees_the_transaction(store: MemoryStore) -> None:
+    commits = GroupCommit(store)
     store.create(widget("a"))
     store.create(widget("b"))
 
@@ -872,9 +885,9 @@ async def test_list_inside_an_op_sees_the_transaction(store: MemoryStore) -> Non
         assert version == 4
         return [o.metadata.name for o in items]
 
-    assert await store.submit(replace_a_with_c) == ["b", "c"]
+    assert await commits.submit(replace_a_with_c) == ["b", "c"]
     assert [o.metadata.name for o in store.list(WIDGETS)[0]] == ["b", "c"]
-    await store.aclose()
+    await commits.aclose()
 
 
 def test_a_view_after_changes_in_place_holds_every_object_where_it_belongs() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from apis.kinds import Registry
 from apis.meta import Object
+from controller.api.groupcommit import GroupCommit
 from controller.errors import Expired, NotFound, StoreError
 from controller.store.sqlite import Store
 from tests.controller.storekinds import (
@@ -96,10 +97,12 @@ def test_file_is_wal_and_holds_one_row_per_object(tmp_path: Path) -> None:
 async def test_submitted_writes_are_persisted(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     store = Store(path=path, registry=REGISTRY)
+    commits = GroupCommit(store)
     results = await asyncio.gather(
-        *(store.submit(applying(widget(f"w{i}", size=i))) for i in range(200))
+        *(commits.submit(applying(widget(f"w{i}", size=i))) for i in range(200))
     )
-    await store.aclose()
+    await commits.aclose()
+    store.close()
     with Store(path=path, registry=REGISTRY) as again:
         assert again.resource_version == 200
         for obj in results:
@@ -162,8 +165,9 @@ async def test_a_failed_commit_fails_its_batch_and_changes_nothing(
         raise StoreError("cannot write state file: disk I/O error")
 
     monkeypatch.setattr(db, "write", broken)
+    commits = GroupCommit(store)
     results = await asyncio.gather(
-        *(store.submit(creating(widget(f"w{i}"))) for i in range(3)),
+        *(commits.submit(creating(widget(f"w{i}"))) for i in range(3)),
         return_exceptions=True,
     )
     assert all(isinstance(r, StoreError) for r in results)
@@ -174,11 +178,12 @@ async def test_a_failed_commit_fails_its_batch_and_changes_nothing(
     assert watch.drain() == []
 
     monkeypatch.setattr(db, "write", real_write)
-    created = await store.submit(lambda s: s.create(widget("w0")))
+    created = await commits.submit(lambda s: s.create(widget("w0")))
     assert created.metadata.resource_version == "2"
     assert [e.resource_version for e in watch.drain()] == [2]
     watch.close()
-    await store.aclose()
+    await commits.aclose()
+    store.close()
 
 
 def test_watch_from_before_a_restart_is_expired(tmp_path: Path) -> None:

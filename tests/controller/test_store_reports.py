@@ -22,6 +22,7 @@ from apis.kinds import Kind, default_registry
 from apis.meta import REPORTED_AT_ANNOTATION, Condition, ObjectMeta
 from apis.scheduling import Device
 from apis.slo import NodeMetric, NodeMetricCollectPolicy, NodeMetricSpec, NodeMetricStatus
+from controller.api.groupcommit import GroupCommit
 from controller.config import ControllerConfig
 from controller.fleet.reports import WITHOUT_REPORT, without_report
 from controller.store.sqlite import Store
@@ -172,9 +173,10 @@ def test_due_reports_go_with_the_next_commit(tmp_path: Path) -> None:
 async def test_an_idle_store_writes_due_reports_on_its_own(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     store = open_store(path, interval=0.1)
+    commits = GroupCommit(store)
     try:
-        await store.submit(lambda s: s.apply(node(T0)))
-        await store.submit(lambda s: s.apply(node(T0 + timedelta(seconds=10))))
+        await commits.submit(lambda s: s.apply(node(T0)))
+        await commits.submit(lambda s: s.apply(node(T0 + timedelta(seconds=10))))
         assert beat_in_file(path) == stamp(T0)
         for _ in range(100):
             await asyncio.sleep(0.02)
@@ -182,7 +184,8 @@ async def test_an_idle_store_writes_due_reports_on_its_own(tmp_path: Path) -> No
                 break
         assert beat_in_file(path) == stamp(T0 + timedelta(seconds=10))
     finally:
-        await store.aclose()
+        await commits.aclose()
+        store.close()
 
 
 def test_a_deleted_object_is_not_written_back(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from apis.meta import Object
 from controller.api import objects_pb2 as pb
 from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.client import Applied, AsyncClient
+from controller.api.groupcommit import GroupCommit
 from controller.api.server import ApiServer
 from controller.app import STORE_FILE, open_store
 from controller.config import ControllerConfig
@@ -311,10 +312,11 @@ async def test_the_wal_stays_bounded_under_writes_that_never_pause(
     wal = tmp_path / f"{STORE_FILE}-wal"
     largest = 0
     async with Store(path=path, registry=REGISTRY) as store:
+        commits = GroupCommit(store)
         for batch in range(150):
             await asyncio.gather(
                 *(
-                    store.submit(applying(widget(f"w{i}", color=f"{batch}" * 2000)))
+                    commits.submit(applying(widget(f"w{i}", color=f"{batch}" * 2000)))
                     for i in range(16)
                 )
             )

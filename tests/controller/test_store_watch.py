@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from apis.labels import parse_selector
+from controller.api.groupcommit import GroupCommit
 from controller.errors import Expired
 from controller.store.memory import EventType, MemoryStore, Watch, WatchEvent
 from tests.controller.backends import STORE_BACKENDS, open_backend
@@ -233,11 +234,12 @@ async def test_finalizer_flow_events(store: MemoryStore) -> None:
 
 
 async def test_group_commit_events_are_in_version_order(store: MemoryStore) -> None:
+    commits = GroupCommit(store)
     with store.watch(WIDGETS) as watch:
 
         async def writer(prefix: str) -> None:
             for i in range(20):
-                await store.submit(applying(widget(f"{prefix}{i % 5}", size=i)))
+                await commits.submit(applying(widget(f"{prefix}{i % 5}", size=i)))
 
         await asyncio.gather(*(writer(p) for p in "abcd"))
         events = await take(watch, store.resource_version)
@@ -245,7 +247,7 @@ async def test_group_commit_events_are_in_version_order(store: MemoryStore) -> N
     versions = [e.resource_version for e in events]
     assert versions == list(range(1, store.resource_version + 1))
     assert [int(e.object.metadata.resource_version) for e in events] == versions
-    await store.aclose()
+    await commits.aclose()
 
 
 async def test_failed_ops_publish_nothing(store: MemoryStore) -> None:
@@ -253,13 +255,14 @@ async def test_failed_ops_publish_nothing(store: MemoryStore) -> None:
         s.create(widget("ghost"))
         raise ValueError("no")
 
+    commits = GroupCommit(store)
     with store.watch(WIDGETS) as watch:
         results = await asyncio.gather(
-            store.submit(fails),
-            store.submit(lambda s: s.create(widget("real"))),
+            commits.submit(fails),
+            commits.submit(lambda s: s.create(widget("real"))),
             return_exceptions=True,
         )
         assert isinstance(results[0], ValueError)
         assert summary(await take(watch, 1)) == [("ADDED", "real", 1)]
         assert pending(watch) == []
-    await store.aclose()
+    await commits.aclose()

@@ -14,6 +14,7 @@ from apis.quota import ElasticQuota
 from apis.validation import invalid
 from controller import admission
 from controller.admission import ForbiddenError, InvalidError, Lookup, Registration, elasticquota
+from controller.api.groupcommit import GroupCommit
 from controller.errors import Forbidden, Invalid
 from controller.store.cluster import Outcome
 from controller.store.sqlite import Store
@@ -102,10 +103,12 @@ def test_a_control_loop_write_goes_through_admission_in_a_group_commit() -> None
     async def run() -> tuple[object, object]:
         store = Store()
         store.apply(priority_class("gold", 1000))
-        ok = store.submit(lambda s: s.create(pod("a", priorityClassName="gold")))
-        bad = store.submit(lambda s: s.create(pod("b", priorityClassName="silver")))
+        commits = GroupCommit(store)
+        ok = commits.submit(lambda s: s.create(pod("a", priorityClassName="gold")))
+        bad = commits.submit(lambda s: s.create(pod("b", priorityClassName="silver")))
         results = await asyncio.gather(ok, bad, return_exceptions=True)
-        await store.aclose()
+        await commits.aclose()
+        store.close()
         return results[0], results[1]
 
     created, refused = asyncio.run(run())
