@@ -20,18 +20,21 @@ that sweep.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 from apis.core import Event, EventSource
-from apis.kinds import Kind, Registry
+from apis.kinds import Kind, Registry, default_registry
 from apis.meta import Object, ObjectMeta, ObjectReference
 from controller.errors import NotFound, StoreError
+from controller.store.assumed import Outbox
 from controller.store.cluster import Cluster
+from controller.store.writes import Result, Write
 
 if TYPE_CHECKING:  # controller.loops registers the TTL loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -52,6 +55,7 @@ NORMAL = "Normal"
 WARNING = "Warning"
 
 _Key = tuple[str, str, str, str, str, str, str]
+_EVENT_KIND = default_registry().for_type(Event)
 
 
 def _truncate(message: str) -> str:
@@ -71,7 +75,9 @@ class EventRecorder:
         self._component = component
         self._host = host
         self._clock = clock
-        self._seen: dict[_Key, tuple[str, str]] = {}
+        #: each Event recorded, as last written and whether the store answered that write
+        self._seen: dict[_Key, tuple[Event, bool]] = {}
+        self._outbox = Outbox()
 
     @property
     def registry(self) -> Registry:
@@ -88,71 +94,27 @@ class EventRecorder:
         )
 
     def record(self, obj: Object, *, type: str, reason: str, message: str) -> Event:  # noqa: A002
-        """Create the Event, or bump the count of the identical one recorded before."""
-        now = self._clock().replace(microsecond=0)
-        message = _truncate(message)
-        namespace = obj.metadata.namespace or "default"
-        key: _Key = (
-            obj.kind,
-            namespace,
-            obj.metadata.name,
-            obj.metadata.uid,
-            type,
-            reason,
-            message,
-        )
-        kind = self.registry.for_type(Event)
-        updated = self._bumped(kind, key, now)
-        if updated is not None:
-            stored = self._store.update(updated)
-            assert isinstance(stored, Event)
-            return stored
-        event = self._create_unique(
-            self._event(
-                obj,
-                name=f"{obj.metadata.name}.{int(now.timestamp() * 1e9):x}",
-                namespace=namespace,
-                type_=type,
-                reason=reason,
-                message=message,
-                now=now,
-            )
-        )
-        self._seen[key] = (event.metadata.namespace, event.metadata.name)
-        return event
-
-    def _bumped(self, kind: Kind, key: _Key, now: datetime) -> Event | None:
-        """The Event recorded before under ``key`` with its count bumped and its last time
-        ``now``, to write back; None when there is none (or it was deleted since)."""
-        previous = self._seen.get(key)
-        if previous is None:
-            return None
-        try:
-            existing = self._store.get(kind, previous[1], previous[0])
-        except NotFound:
-            return None
-        if not isinstance(existing, Event):
-            return None
-        return msgspec.structs.replace(
-            existing,
-            metadata=msgspec.structs.replace(existing.metadata, resource_version=""),
-            count=existing.count + 1,
-            last_timestamp=now,
-        )
+        """Create the Event, or bump the count of the identical one recorded before; the
+        Event as written (as stored, when the store answered at once)."""
+        return self._record([(obj, type, reason, message)])[0]
 
     def record_many(self, items: Iterable[tuple[Object, str, str, str]]) -> None:
-        """Record each ``(obj, type, reason, message)``: the new Events are written in one
-        store transaction, and the count bumps of Events seen before (as :meth:`record`) in
-        another."""
+        """Record each ``(obj, type, reason, message)`` as :meth:`record` does, every new
+        Event and count bump in one batch of writes."""
+        self._record(items)
+
+    def _record(self, items: Iterable[tuple[Object, str, str, str]]) -> list[Event]:
+        self._outbox.collect()
         now = self._clock().replace(microsecond=0)
         stamp = f"{int(now.timestamp() * 1e9):x}"
         kind = self.registry.for_type(Event)
-        fresh: list[Event] = []
-        keys: list[_Key] = []
+        #: key -> its place in ``writes``: a repeat within the batch bumps that write
         batch: dict[_Key, int] = {}
-        bumped: list[Event] = []
-        bumps: dict[_Key, int] = {}
+        keys: list[_Key] = []
+        writes: list[Event] = []
+        fresh: list[bool] = []
         taken: set[tuple[str, str]] = set()
+        shown: list[int] = []
         for obj, type_, reason, message in items:
             message = _truncate(message)
             namespace = obj.metadata.namespace or "default"
@@ -165,22 +127,20 @@ class EventRecorder:
                 reason,
                 message,
             )
-            position = bumps.get(key)
-            if position is not None:  # bumped already in this batch
-                bumped[position] = msgspec.structs.replace(
-                    bumped[position], count=bumped[position].count + 1
-                )
-                continue
-            updated = self._bumped(kind, key, now)
-            if updated is not None:
-                bumps[key] = len(bumped)
-                bumped.append(updated)
-                continue
             position = batch.get(key)
             if position is not None:  # a repeat within the batch
-                fresh[position] = msgspec.structs.replace(
-                    fresh[position], count=fresh[position].count + 1
+                writes[position] = msgspec.structs.replace(
+                    writes[position], count=writes[position].count + 1, last_timestamp=now
                 )
+                shown.append(position)
+                continue
+            batch[key] = len(writes)
+            shown.append(len(writes))
+            keys.append(key)
+            bumped = self._bumped(kind, key, now)
+            if bumped is not None:
+                writes.append(bumped)
+                fresh.append(False)
                 continue
             base = f"{obj.metadata.name}.{stamp}"
             name = base
@@ -189,9 +149,7 @@ class EventRecorder:
                 attempt += 1
                 name = f"{base}-{attempt}"
             taken.add((namespace, name))
-            batch[key] = len(fresh)
-            keys.append(key)
-            fresh.append(
+            writes.append(
                 self._event(
                     obj,
                     name=name,
@@ -202,17 +160,61 @@ class EventRecorder:
                     now=now,
                 )
             )
-        if bumped:
-            for result in self._store.update_many(bumped):
-                if isinstance(result, StoreError):
-                    raise result
-        if not fresh:
-            return
-        for key, result in zip(keys, self._store.apply_many(fresh), strict=True):
+            fresh.append(True)
+        if not writes:
+            return []
+        for key, event in zip(keys, writes, strict=True):
+            self._seen[key] = (event, False)
+        self._outbox.send(
+            self._store,
+            [
+                Write.create(e) if new else Write.update(e)
+                for e, new in zip(writes, fresh, strict=True)
+            ],
+            functools.partial(self._written, keys, writes),
+        )
+        written = [
+            self._seen.get(key, (event, False))[0] for key, event in zip(keys, writes, strict=True)
+        ]
+        return [written[at] for at in shown]
+
+    def _written(
+        self, keys: Sequence[_Key], sent: Sequence[Event], results: Sequence[Result]
+    ) -> None:
+        """Keep what was stored, to bump next time; forget an Event whose write failed."""
+        for key, event, result in zip(keys, sent, results, strict=True):
+            current = self._seen.get(key)
+            if current is None or current[0] is not event:
+                continue  # written again since
             if isinstance(result, StoreError):
-                raise result
-            stored = result[0]
-            self._seen[key] = (stored.metadata.namespace, stored.metadata.name)
+                del self._seen[key]
+                _log.warning(
+                    "event %s/%s not recorded: %s",
+                    event.metadata.namespace,
+                    event.metadata.name,
+                    result,
+                )
+            elif isinstance(result[0], Event):
+                self._seen[key] = (result[0], True)
+
+    def _bumped(self, kind: Kind, key: _Key, now: datetime) -> Event | None:
+        """The Event recorded before under ``key`` with its count bumped and its last time
+        ``now``, to write back; None when there is none (or, once its write was answered, it
+        was deleted since)."""
+        previous = self._seen.get(key)
+        if previous is None:
+            return None
+        last, answered = previous
+        meta = last.metadata
+        if answered and not self._store.exists(kind, meta.name, meta.namespace):
+            del self._seen[key]
+            return None
+        return msgspec.structs.replace(
+            last,
+            metadata=msgspec.structs.replace(meta, resource_version=""),
+            count=last.count + 1,
+            last_timestamp=now,
+        )
 
     def _event(
         self,
@@ -238,22 +240,6 @@ class EventRecorder:
             reporting_component=self._component,
             reporting_instance=self._host,
         )
-
-    def _create_unique(self, event: Event) -> Event:
-        base = event.metadata.name
-        for attempt in range(1000):
-            name = base if attempt == 0 else f"{base}-{attempt}"
-            candidate = msgspec.structs.replace(
-                event, metadata=msgspec.structs.replace(event.metadata, name=name)
-            )
-            kind = self.registry.for_type(Event)
-            try:
-                self._store.get(kind, name, candidate.metadata.namespace)
-            except NotFound:
-                stored = self._store.create(candidate)
-                assert isinstance(stored, Event)
-                return stored
-        raise RuntimeError(f"no free event name for {base}")
 
 
 def last_written(event: Event) -> datetime | None:
@@ -283,6 +269,15 @@ class EventTTL:
         self._granularity = timedelta(seconds=max(1.0, ttl / 60))
         #: when the next sweep is due (None: at the next Event)
         self._due: datetime | None = None
+        #: the deletes sent, laid over the snapshots until they show them
+        self._outbox = Outbox(kinds=(_EVENT_KIND,))
+
+    @staticmethod
+    def _deleted(results: Sequence[Result]) -> None:
+        for result in results:
+            # gone already, or changed meanwhile (or the store refused): the next sweep
+            if isinstance(result, StoreError) and not isinstance(result, NotFound):
+                _log.warning("cannot delete an expired event: %s", result)
 
     def reconcile(self, ctx: LoopContext) -> float | None:
         now = ctx.now()
@@ -293,7 +288,7 @@ class EventTTL:
         cutoff = now - self.ttl
         expired: list[Event] = []
         oldest: datetime | None = None
-        for event in store.snapshot().objects(kind):
+        for event in self._outbox.over(store.snapshot()).objects(kind):
             if not isinstance(event, Event):
                 continue
             written = last_written(event)
@@ -301,18 +296,11 @@ class EventTTL:
                 expired.append(event)
             elif oldest is None or written < oldest:
                 oldest = written
-        for event in expired[:MAX_DELETES]:
-            meta = event.metadata
-            try:
-                store.delete(
-                    kind, meta.name, meta.namespace, resource_version=meta.resource_version
-                )
-            except NotFound:
-                pass
-            except StoreError as err:  # changed meanwhile (or the store refused): next sweep
-                _log.warning(
-                    "cannot delete expired event %s/%s: %s", meta.namespace, meta.name, err
-                )
+        self._outbox.send(
+            store,
+            [Write.delete_of(kind, event, precondition=True) for event in expired[:MAX_DELETES]],
+            self._deleted,
+        )
         if len(expired) > MAX_DELETES:
             self._due = None
             return 0.0

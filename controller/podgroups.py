@@ -27,6 +27,7 @@ PodGroups whose status changed.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -36,9 +37,12 @@ import msgspec
 
 from apis.core import Pod
 from apis.gang import PodGroup, PodGroupStatus
+from apis.kinds import default_registry
 from controller.errors import StoreError
 from controller.mutations import whole_seconds
 from controller.scheduler.gangs import gang_ref
+from controller.store.assumed import Outbox
+from controller.store.writes import Result, Write
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -72,6 +76,7 @@ _FINAL: Final = frozenset({FINISHED, FAILED})
 _MAX_STEPS: Final = 16
 #: Seconds before a PodGroup whose write failed is tried again.
 RETRY_SECONDS: Final = 1.0
+_POD_GROUP_KIND = default_registry().for_type(PodGroup)
 
 
 def _occupied_by(pod: Pod) -> str:
@@ -162,11 +167,15 @@ class PodGroupStatusLoop:
         #: The PodGroup and Pod views of the last pass that wrote nothing: nothing to do while
         #: both stay the same (no rule depends on the time alone).
         self._settled: tuple[object, object] | None = None
+        #: the status writes sent, laid over the snapshots until they show them
+        self._outbox = Outbox(kinds=(_POD_GROUP_KIND,))
+        #: a status write failed: try again after RETRY_SECONDS
+        self._retry = False
 
     def reconcile(self, ctx: LoopContext) -> float | None:
         store = ctx.store
         registry = store.registry
-        snapshot = store.snapshot()
+        snapshot = self._outbox.over(store.snapshot())
         group_view = snapshot.objects(registry.for_type(PodGroup))
         pod_view = snapshot.objects(registry.for_type(Pod))
         settled = self._settled
@@ -177,20 +186,25 @@ class PodGroupStatusLoop:
         groups = [g for g in group_view if isinstance(g, PodGroup)]
         members = members_by_group(p for p in pod_view if isinstance(p, Pod))
         now = ctx.now()
-        retry = False
-        wrote = False
+        retry, self._retry = self._retry, False
+        writes: list[Write] = []
+        gangs: list[str] = []
         for group in groups:
             gang = f"{group.metadata.namespace}/{group.metadata.name}"
             status = pod_group_status(group, members.get(gang, ()), now)
             if status == group.status:
                 continue
-            try:
-                store.update(_replace(group, status=status))
-            except StoreError as err:
-                log.warning("PodGroup %s: status write failed: %s", gang, err)
-                retry = True
+            writes.append(Write.update_status(_replace(group, status=status)))
+            gangs.append(gang)
+        self._outbox.send(store, writes, functools.partial(self._written, gangs))
+        self._settled = None if writes or retry else (group_view, pod_view)
+        return RETRY_SECONDS if self._retry else None
+
+    def _written(self, gangs: Sequence[str], results: Sequence[Result]) -> None:
+        for gang, result in zip(gangs, results, strict=True):
+            if isinstance(result, StoreError):
+                log.warning("PodGroup %s: status write failed: %s", gang, result)
+                self._retry = True
+                self._settled = None
             else:
-                wrote = True
-                log.debug("PodGroup %s: %s", gang, status.phase)
-        self._settled = None if wrote or retry else (group_view, pod_view)
-        return RETRY_SECONDS if retry else None
+                log.debug("PodGroup %s: %s", gang, getattr(result[0], "status", None))

@@ -35,6 +35,7 @@ from apis.duration import Duration, DurationError
 from apis.errors import ApiError, DecodeError
 from apis.kinds import Registry, default_registry
 from apis.meta import Object
+from controller.api.apply import apply as kubectl_apply
 from controller.descheduler import config as descheduler_config
 from controller.errors import StoreError
 from controller.loops import LOOPS, ControlLoop, LoopContext, LoopFactory, build_loops
@@ -107,7 +108,7 @@ def simulate(
     store = MemoryStore(registry=registry, clock=clock, seed=SEED)
     try:
         for obj in objects:
-            store.apply(obj)
+            kubectl_apply(store, obj)  # as `koordpy apply` would, one after another
         started = clock.now
         deadline = started + max_time
         instances: list[ControlLoop] = build_loops(LOOPS if loops is None else loops)

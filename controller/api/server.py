@@ -37,7 +37,9 @@ from controller import errors
 from controller.api import objects_pb2 as pb
 from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.address import Address, resolve
+from controller.api.apply import apply as kubectl_apply
 from controller.api.groupcommit import GroupCommit
+from controller.api.wire import WireEncoder
 from controller.store.cluster import Outcome
 from controller.store.persistence import StorageFull
 from controller.store.sqlite import Store
@@ -133,6 +135,7 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
 
     def __init__(self, store: Store, commits: GroupCommit[Store] | None = None) -> None:
         self._store = store
+        self._wire = WireEncoder(store)
         #: the writes of concurrent requests, committed together
         self._commits = commits if commits is not None else GroupCommit(store)
         # Kind properties are derived from the Struct on each access; keep what we need.
@@ -222,7 +225,7 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
                 obj, how = outcome
                 results.append(
                     pb.ApplyResult(
-                        outcome=_OUTCOMES[how], object=b"" if omit else self._store.encode(obj)
+                        outcome=_OUTCOMES[how], object=b"" if omit else self._wire.encode(obj)
                     )
                 )
         return pb.ApplyResponse(results=results, resource_version=self._store.resource_version)
@@ -233,7 +236,7 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
             obj = self._store.get(kind, request.name, self._namespace(kind, request.namespace))
         except (errors.StoreError, UnknownKind) as err:
             await _abort(context, err)
-        return pb.GetResponse(object=self._store.encode(obj))
+        return pb.GetResponse(object=self._wire.encode(obj))
 
     async def List(self, request: Any, context: aio.ServicerContext[Any, Any]) -> Any:  # noqa: N802
         """A page of at most ``limit`` objects and :data:`PAGE_BYTES` (see objects.proto);
@@ -252,7 +255,7 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
             )
         except (errors.StoreError, UnknownKind, labels.SelectorError) as err:
             await _abort(context, err)
-        items = [self._store.encode(obj) for obj in page.items]
+        items = [self._wire.encode(obj) for obj in page.items]
         if not limit and sum(map(len, items)) > UNPAGED_BYTES:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -277,7 +280,7 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
             )
         except (errors.StoreError, UnknownKind) as err:
             await _abort(context, err)
-        return pb.DeleteResponse(outcome=_OUTCOMES[outcome], object=self._store.encode(obj))
+        return pb.DeleteResponse(outcome=_OUTCOMES[outcome], object=self._wire.encode(obj))
 
     async def Watch(  # noqa: N802
         self, request: Any, context: aio.ServicerContext[Any, Any]
@@ -299,17 +302,13 @@ class _Servicer(pb_grpc.ObjectsServicer):  # type: ignore[misc]
                 yield pb.WatchEvent(
                     type=_EVENT_TYPES[event.type],
                     kind=self._key_of(event.object),
-                    object=self._store.encode(event.object),
+                    object=self._wire.encode(event.object),
                     resource_version=event.resource_version,
                 )
         except errors.StoreError as err:
             await _abort(context, err)
         finally:
             watch.close()
-
-
-def _apply(store: Store, obj: Object) -> tuple[Object, Outcome]:
-    return store.apply(obj)
 
 
 def _create(store: Store, obj: Object) -> tuple[Object, Outcome]:
@@ -321,7 +320,7 @@ def _update(store: Store, obj: Object) -> tuple[Object, Outcome]:
 
 
 _WRITES: dict[int, Callable[[Store, Object], tuple[Object, Outcome]]] = {
-    pb.APPLY_MODE_APPLY: _apply,
+    pb.APPLY_MODE_APPLY: kubectl_apply,
     pb.APPLY_MODE_CREATE: _create,
     pb.APPLY_MODE_UPDATE: _update,
 }

@@ -16,8 +16,11 @@ Cycle (controller-spec §6.1), every ``deschedulingInterval`` (``0s``: once per 
    profile's ``MigrationController`` args;
 3. every profile's Deschedule plugins, then every profile's Balance plugins; the plugin
    instances live as long as the configuration (LowNodeLoad keeps its anomaly detectors);
-4. the writes: cordons (``spec.unschedulable: true`` and a Normal Event ``Cordoned`` on the
-   node), then each admitted eviction:
+4. the writes, sent in one batch through the loop's outbox (their log lines, metrics and
+   Events once the answers are in, a pass later from a remote backend; until its snapshots
+   show them the outbox shows them, so no later cycle cordons, evicts or makes a job twice):
+   cordons (``spec.unschedulable: true`` and a Normal Event ``Cordoned`` on the node), then
+   each admitted eviction:
 
    - dry run: a Normal Event ``EvictionProposed`` on the pod, nothing else;
    - ``ReservationFirst``: a PodMigrationJob for the ``migration`` loop (name: a UUID derived
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import functools
 import gc
 import logging
@@ -72,6 +76,7 @@ from controller.descheduler.config import (
 from controller.descheduler.evictionpolicy import (
     ANNOTATION_SOFT_EVICTION,
     SOFT_EVICTION,
+    EvictionPlan,
     event_message,
     plan_eviction,
     soft_evicted,
@@ -100,8 +105,8 @@ from controller.descheduler.migration import MODE_EVICT_DIRECTLY, PENDING, RUNNI
 from controller.descheduler.migrationrates import EvictionBuckets
 from controller.errors import StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
-from controller.store.assumed import Assumed
-from controller.store.cluster import Cluster, Outcome
+from controller.store.assumed import Outbox
+from controller.store.cluster import Cluster, Result, Write
 from controller.store.snapshots import Change, Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -125,6 +130,10 @@ _ACTIVE_PHASES: Final = frozenset({"", PENDING, RUNNING})
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 #: What the descheduler writes, and keeps assumed until its snapshots show it.
 _WRITTEN_KINDS: Final = tuple(default_registry().for_type(t) for t in (PodMigrationJob, Pod, Node))
+#: An Event to record: (object, type, reason, message).
+_Event = tuple[Object, str, str, str]
+#: What a cycle does with one write's answer (None: it made no write), given the Events list.
+_Handler = tuple[int, Callable[[Result | None, list[_Event]], None]]
 
 
 class _Plugins:
@@ -199,8 +208,9 @@ class DeschedulerLoop:
         self._jobs_view: object = None
         self._store: Cluster | None = None
         self._recorder: EventRecorder | None = None
-        #: the jobs, pods and nodes this loop wrote that its snapshots may not show yet
-        self._assumed = {kind.type: Assumed(kind) for kind in _WRITTEN_KINDS}
+        #: the jobs, pods and nodes this loop wrote, laid over its snapshots until they show
+        #: them, and the answers to its writes
+        self._outbox = Outbox(kinds=_WRITTEN_KINDS)
         self._evictions: EvictionBuckets | None = None
         #: The pod groupings the last cycle read, and their pods by node with each node's
         #: list from the groupings before where the node's pods are the same objects
@@ -236,14 +246,14 @@ class DeschedulerLoop:
     # -- the loop --------------------------------------------------------------------------------
 
     def _snapshot(self, ctx: LoopContext) -> Snapshot:
-        """A snapshot with this loop's writes laid over it until it shows them."""
-        snapshot = ctx.store.snapshot()
-        for assumed in self._assumed.values():
-            snapshot = assumed.over(snapshot)
-        return snapshot
+        """A snapshot with this loop's writes laid over it until it shows them (the answers
+        that arrived since handled first)."""
+        return self._outbox.over(ctx.store.snapshot())
 
-    def _took(self, sent: Object, stored: Object, outcome: Outcome) -> None:
-        self._assumed[type(stored)].took(sent, stored, outcome)
+    @property
+    def outbox(self) -> Outbox:
+        """This loop's writes whose results it has not handled yet."""
+        return self._outbox
 
     def reconcile(self, ctx: LoopContext) -> float | None:
         snapshot = self._snapshot(ctx)
@@ -484,130 +494,64 @@ class DeschedulerLoop:
     def _write(
         self, ctx: LoopContext, snapshot: Snapshot, ledger: CycleLedger, *, dry_run: bool
     ) -> None:
+        """Send the cycle's writes in one batch: the cordons, the direct evictions, then the
+        PodMigrationJobs (module docstring, 4).
+
+        What each write's answer calls for (its log line, metric and Event) is done when the
+        answers are in (:meth:`_written`: at once from a local backend, else in a later
+        pass), in the order of the cordons and admissions, and so is what is proposed without
+        a write, so that the Events keep that order. The outbox lays the writes over this
+        loop's snapshots from the moment they are sent: a cycle that runs before they show
+        neither cordons nor evicts twice, nor makes a second PodMigrationJob for a pod."""
         store = ctx.store
-        events: list[tuple[Object, str, str, str]] = []
         metrics = self._metrics
-        self._cordon(ctx, snapshot, ledger, events, dry_run=dry_run)
+        writes: list[Write] = []
+        handlers: list[_Handler] = []
+        self._cordon(ctx, snapshot, ledger, writes, handlers, dry_run=dry_run)
         jobs: list[tuple[Admission, PodMigrationJob]] = []
         pod_kind = store.registry.for_type(Pod)
         info = log.isEnabledFor(logging.INFO)
         for admission in ledger.admitted:
             intent = admission.intent
-            pod = intent.pod
-            where = (pod.metadata.namespace, intent.node)
             if intent.dry_run:
-                events.append(
-                    (
-                        pod,
-                        NORMAL,
-                        EVICTION_PROPOSED,
-                        f"eviction proposed by {intent.plugin} (dry run): {intent.reason}",
-                    )
-                )
-                if metrics is not None:
-                    metrics.proposed(strategy=intent.plugin, namespace=where[0], node=where[1])
-                if info:
-                    log.info(
-                        "dry run: %s would evict pod %s/%s from node %s: %s",
-                        intent.plugin,
-                        pod.metadata.namespace,
-                        pod.metadata.name,
-                        intent.node,
-                        intent.reason,
-                    )
+                handlers.append((-1, functools.partial(self._proposed, admission, info)))
                 continue
-            if admission.mode == MODE_EVICT_DIRECTLY:
-                # As the migration loop evicts (controller.descheduler.evictionpolicy): the
-                # pod's evict-policy label or evictionPolicy, and defaultDeleteOptions.
-                try:
-                    plan = plan_eviction(
-                        pod,
-                        default_policy=admission.args.eviction_policy,
-                        job_options=None,
-                        default_options=admission.args.default_delete_options,
-                    )
-                    if plan.dry_run:
-                        pass
-                    elif plan.policy == SOFT_EVICTION:
-                        if ANNOTATION_SOFT_EVICTION not in pod.metadata.annotations:
-                            marked = soft_evicted(
-                                pod, plan, intent.plugin, intent.reason, ledger.now
-                            )
-                            self._took(marked, store.update(marked), Outcome.CONFIGURED)
-                    else:
-                        self._took(
-                            pod,
-                            *store.delete(
-                                pod_kind,
-                                pod.metadata.name,
-                                pod.metadata.namespace,
-                                resource_version=plan.resource_version
-                                or pod.metadata.resource_version,
-                            ),
-                        )
-                except (StoreError, ValueError) as err:
-                    log.warning(
-                        "eviction of pod %s/%s by %s failed: %s",
-                        pod.metadata.namespace,
-                        pod.metadata.name,
-                        intent.plugin,
-                        err,
-                    )
-                    result = ERROR
-                else:
-                    log.info(
-                        "pod %s/%s %s on node %s (%s: %s)",
-                        pod.metadata.namespace,
-                        pod.metadata.name,
-                        plan.verb,
-                        intent.node,
-                        intent.plugin,
-                        intent.reason,
-                    )
-                    events.append(
-                        (
-                            pod,
-                            NORMAL if plan.dry_run else WARNING,
-                            EVICTION_PROPOSED if plan.dry_run else EVICTED,
-                            event_message(plan, intent.plugin, intent.reason),
-                        )
-                    )
-                    result = SUCCESS
-                if metrics is not None:
-                    metrics.evicted(
-                        result, strategy=intent.plugin, namespace=where[0], node=where[1]
-                    )
+            if admission.mode != MODE_EVICT_DIRECTLY:
+                jobs.append((admission, self._job(admission, ledger.now)))
                 continue
-            jobs.append((admission, self._job(admission, ledger.now)))
-        if jobs:
-            outcomes = store.apply_many([job for _, job in jobs])
-            for (admission, job), outcome in zip(jobs, outcomes, strict=True):
-                pod = admission.intent.pod
-                if isinstance(outcome, StoreError):
-                    log.warning(
-                        "PodMigrationJob for pod %s/%s not created: %s",
-                        pod.metadata.namespace,
-                        pod.metadata.name,
-                        outcome,
-                    )
-                    if metrics is not None:
-                        metrics.evicted(
-                            ERROR,
-                            strategy=admission.intent.plugin,
-                            namespace=pod.metadata.namespace,
-                            node=admission.intent.node,
-                        )
-                    continue
-                self._took(job, *outcome)
-                log.info(
-                    "PodMigrationJob %s created for pod %s/%s on node %s (%s: %s)",
-                    job.metadata.name,
-                    pod.metadata.namespace,
-                    pod.metadata.name,
-                    admission.intent.node,
-                    admission.intent.plugin,
-                    admission.intent.reason,
+            # As the migration loop evicts (controller.descheduler.evictionpolicy): the pod's
+            # evict-policy label or evictionPolicy, and defaultDeleteOptions.
+            pod = intent.pod
+            try:
+                plan = plan_eviction(
+                    pod,
+                    default_policy=admission.args.eviction_policy,
+                    job_options=None,
+                    default_options=admission.args.default_delete_options,
                 )
+            except ValueError as err:
+                handlers.append((-1, functools.partial(self._evicted, admission, err)))
+                continue
+            write: Write | None = None
+            if plan.dry_run:
+                pass
+            elif plan.policy == SOFT_EVICTION:
+                if ANNOTATION_SOFT_EVICTION not in pod.metadata.annotations:
+                    marked = soft_evicted(pod, plan, intent.plugin, intent.reason, ledger.now)
+                    write = Write.update(marked)
+            else:
+                write = dataclasses.replace(
+                    Write.evict(pod_kind, pod),
+                    resource_version=plan.resource_version or pod.metadata.resource_version,
+                )
+            at = -1
+            if write is not None:
+                at = len(writes)
+                writes.append(write)
+            handlers.append((at, functools.partial(self._evicted, admission, plan)))
+        for admission, job in jobs:
+            handlers.append((len(writes), functools.partial(self._job_created, admission, job)))
+            writes.append(Write.apply(job))
         if metrics is not None:
             for refusal in ledger.refused:
                 metrics.evicted(
@@ -616,39 +560,169 @@ class DeschedulerLoop:
                     namespace=refusal.pod.metadata.namespace,
                     node=refusal.node,
                 )
+        then = functools.partial(self._written, ctx, handlers)
+        if writes:
+            self._outbox.send(store, writes, then)
+        else:
+            then(())
+
+    def _written(
+        self, ctx: LoopContext, handlers: Sequence[_Handler], results: Sequence[Result]
+    ) -> None:
+        """The cycle's writes answered: each handler with its write's answer (None when it
+        made none), in order; then their Events, in one batch."""
+        events: list[_Event] = []
+        for at, handle in handlers:
+            handle(results[at] if at >= 0 else None, events)
         if events:
             try:
                 self._events(ctx).record_many(events)
             except StoreError as err:
                 log.warning("descheduler events not recorded: %s", err)
 
+    def _proposed(
+        self, admission: Admission, info: bool, _: Result | None, events: list[_Event]
+    ) -> None:
+        """A dry-run eviction: its Event, metric and log line (no write)."""
+        intent = admission.intent
+        pod = intent.pod
+        events.append(
+            (
+                pod,
+                NORMAL,
+                EVICTION_PROPOSED,
+                f"eviction proposed by {intent.plugin} (dry run): {intent.reason}",
+            )
+        )
+        if self._metrics is not None:
+            self._metrics.proposed(
+                strategy=intent.plugin, namespace=pod.metadata.namespace, node=intent.node
+            )
+        if info:
+            log.info(
+                "dry run: %s would evict pod %s/%s from node %s: %s",
+                intent.plugin,
+                pod.metadata.namespace,
+                pod.metadata.name,
+                intent.node,
+                intent.reason,
+            )
+
+    def _evicted(
+        self,
+        admission: Admission,
+        plan: EvictionPlan | ValueError,
+        result: Result | None,
+        events: list[_Event],
+    ) -> None:
+        """A direct eviction answered (``result`` None: nothing was written, as for a dry run
+        of its delete options or a pod marked for soft eviction before; ``plan`` a ValueError:
+        its policy or options are bad)."""
+        intent = admission.intent
+        pod = intent.pod
+        if isinstance(plan, ValueError) or isinstance(result, StoreError):
+            log.warning(
+                "eviction of pod %s/%s by %s failed: %s",
+                pod.metadata.namespace,
+                pod.metadata.name,
+                intent.plugin,
+                plan if isinstance(plan, ValueError) else result,
+            )
+            outcome = ERROR
+        else:
+            log.info(
+                "pod %s/%s %s on node %s (%s: %s)",
+                pod.metadata.namespace,
+                pod.metadata.name,
+                plan.verb,
+                intent.node,
+                intent.plugin,
+                intent.reason,
+            )
+            events.append(
+                (
+                    pod,
+                    NORMAL if plan.dry_run else WARNING,
+                    EVICTION_PROPOSED if plan.dry_run else EVICTED,
+                    event_message(plan, intent.plugin, intent.reason),
+                )
+            )
+            outcome = SUCCESS
+        if self._metrics is not None:
+            self._metrics.evicted(
+                outcome, strategy=intent.plugin, namespace=pod.metadata.namespace, node=intent.node
+            )
+
+    def _job_created(
+        self,
+        admission: Admission,
+        job: PodMigrationJob,
+        result: Result | None,
+        _: list[_Event],
+    ) -> None:
+        """The PodMigrationJob of a ReservationFirst eviction answered."""
+        intent = admission.intent
+        pod = intent.pod
+        if isinstance(result, StoreError):
+            log.warning(
+                "PodMigrationJob for pod %s/%s not created: %s",
+                pod.metadata.namespace,
+                pod.metadata.name,
+                result,
+            )
+            if self._metrics is not None:
+                self._metrics.evicted(
+                    ERROR,
+                    strategy=intent.plugin,
+                    namespace=pod.metadata.namespace,
+                    node=intent.node,
+                )
+            return
+        log.info(
+            "PodMigrationJob %s created for pod %s/%s on node %s (%s: %s)",
+            job.metadata.name,
+            pod.metadata.namespace,
+            pod.metadata.name,
+            intent.node,
+            intent.plugin,
+            intent.reason,
+        )
+
     def _cordon(
         self,
         ctx: LoopContext,
         snapshot: Snapshot,
         ledger: CycleLedger,
-        events: list[tuple[Object, str, str, str]],
+        writes: list[Write],
+        handlers: list[_Handler],
         *,
         dry_run: bool,
     ) -> None:
+        """The cycle's cordons: each node's write appended to ``writes`` (a dry run: none),
+        its handler to ``handlers``."""
         kind = ctx.store.registry.for_type(Node)
         for name, plugin in ledger.cordons.items():
             node = snapshot.get(kind, name)
             if not isinstance(node, Node) or node.spec.unschedulable:
                 continue
             if dry_run:
-                events.append(
-                    (node, NORMAL, CORDON_PROPOSED, f"cordon proposed by {plugin} (dry run)")
-                )
+                handlers.append((-1, functools.partial(self._cordoned, node, plugin)))
                 continue
             cordoned = msgspec.structs.replace(
                 node, spec=msgspec.structs.replace(node.spec, unschedulable=True)
             )
-            try:
-                self._took(cordoned, ctx.store.update(cordoned), Outcome.CONFIGURED)
-            except StoreError as err:
-                log.warning("cordon of node %s by %s failed: %s", name, plugin, err)
-                continue
+            handlers.append((len(writes), functools.partial(self._cordoned, node, plugin)))
+            writes.append(Write.update(cordoned))
+
+    @staticmethod
+    def _cordoned(node: Node, plugin: str, result: Result | None, events: list[_Event]) -> None:
+        """A cordon answered (``result`` None: proposed in a dry run, nothing written)."""
+        name = node.metadata.name
+        if result is None:
+            events.append((node, NORMAL, CORDON_PROPOSED, f"cordon proposed by {plugin} (dry run)"))
+        elif isinstance(result, StoreError):
+            log.warning("cordon of node %s by %s failed: %s", name, plugin, result)
+        else:
             log.info("cordoned node %s for %s", name, plugin)
             events.append((node, NORMAL, CORDONED, f"cordoned by {plugin} to drain the node"))
 

@@ -108,13 +108,16 @@ preempts as the scheduler's reservation preemption (``enablePreemption``) decide
 
 :func:`arbitrate` and :func:`advance` are pure but for the tokens they take from the loop's
 buckets (:class:`~.migrationrates.MigrationRates`, passed in; without it no rate applies);
-:class:`MigrationController` reads a snapshot and writes through the store.
+:class:`MigrationController` reads a snapshot and sends its writes through its outbox
+(:class:`~controller.store.assumed.Outbox`), whose answers may come a pass or more later: a
+PMJ whose step's writes are not all answered is held, counted as its step writes it and not
+stepped again, so no reservation is made and no pod evicted twice while an answer is late.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import functools
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -179,8 +182,8 @@ from controller.events import NORMAL, WARNING, EventRecorder
 from controller.mutations import whole_seconds
 from controller.reservations import AnnotationError
 from controller.reservations.affinity import parse_allocated
-from controller.store.assumed import Assumed
-from controller.store.cluster import Cluster, Outcome
+from controller.store.assumed import Outbox, Then
+from controller.store.cluster import Cluster, Result, Write
 from controller.store.snapshots import Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -1289,6 +1292,19 @@ def _created_reservation(job: PodMigrationJob) -> str:
     return name
 
 
+def _idle(step: Step, read: Mapping[str, PodMigrationJob]) -> bool:
+    """Whether ``step`` changes nothing: its PMJ is as the pass read it (``read``: by name)
+    and it creates, evicts, deletes and announces nothing (a PMJ that waits). Its update
+    would store nothing: it is not sent."""
+    job = step.job
+    if job is None or step.create is not None or step.evict is not None:
+        return False
+    if step.delete_reservation or step.notes:
+        return False
+    before = read.get(job.metadata.name)
+    return before is not None and (job is before or job == before)
+
+
 def _job_name(step: Step) -> str:
     job = step.job or (step.evict.job if step.evict is not None else None)
     return job.metadata.name if job is not None else "?"
@@ -1311,8 +1327,14 @@ class MigrationController:
         self._store: Cluster | None = None
         self._recorder: EventRecorder | None = None
         self._pod_view: Sequence[Object] | None = None
-        #: the jobs, reservations and pods this loop wrote that its snapshots may not show yet
-        self._assumed = {kind.type: Assumed(kind) for kind in _WRITTEN_KINDS}
+        #: the jobs, reservations and pods this loop wrote, laid over its snapshots until they
+        #: show them, and the answers to its writes
+        self._outbox = Outbox(kinds=_WRITTEN_KINDS)
+        #: PMJ name -> the PMJ as its step writes it (None: scavenged), until that write is
+        #: answered (see _apply)
+        self._held: dict[str, PodMigrationJob | None] = {}
+        #: a write was refused since the last pass ended: run again after RETRY_SECONDS
+        self._retry = False
         self._pod_index: World | None = None
         self._rates: MigrationRates | None = None
         self._rates_of: tuple[float, int, tuple[ObjectRate, ...]] | None = None
@@ -1377,18 +1399,22 @@ class MigrationController:
             self._recorder = EventRecorder(ctx.store, component=COMPONENT, clock=ctx.now)
         return self._recorder
 
+    @property
+    def outbox(self) -> Outbox:
+        """This loop's writes whose results it has not handled yet."""
+        return self._outbox
+
     def reconcile(self, ctx: LoopContext) -> float | None:
         store = ctx.store
         registry = store.registry
-        snapshot = store.snapshot()
-        for assumed in self._assumed.values():
-            snapshot = assumed.over(snapshot)
+        snapshot = self._outbox.over(store.snapshot())
         jobs = [
             j
             for j in snapshot.objects(registry.for_type(PodMigrationJob))
             if isinstance(j, PodMigrationJob)
         ]
         if not jobs:
+            self._retry = False
             return None
         now = ctx.now()
         if self._fixed is None:
@@ -1397,10 +1423,20 @@ class MigrationController:
         wakes: list[datetime] = []
         steps: list[Step] = []
         kept: list[PodMigrationJob] = []
+        scavenged: list[PodMigrationJob] = []
+        held = self._held
         for job in jobs:
+            if held and job.metadata.name in held:
+                # Its last step's writes are not all answered yet: it counts as that step
+                # writes it (a migrating pod, for the limits) and is looked at again once its
+                # own write is answered (an answer arriving wakes the loop).
+                waiting = held[job.metadata.name]
+                if waiting is not None:
+                    kept.append(waiting)
+                continue
             at = _scavenge_at(job, limits, now)
             if now >= at:
-                self._scavenge(ctx, job)
+                scavenged.append(job)
                 continue
             wakes.append(at)
             if job.status.phase in FINAL_PHASES or job.spec.paused:
@@ -1421,7 +1457,11 @@ class MigrationController:
                 wakes.append(arbitration.wake_at)
             steps.extend(missing_pod(j) for j in arbitration.missing)
             steps.extend(forbidden(j, pod) for j, pod in arbitration.forbidden)
-            running = [j for j in kept if j.status.phase == RUNNING and not j.spec.paused]
+            running = [
+                j
+                for j in kept
+                if j.status.phase == RUNNING and not j.spec.paused and j.metadata.name not in held
+            ]
             steps.extend(
                 advance(j, world, limits, now, rates=rates)
                 for j in (*running, *arbitration.admitted)
@@ -1429,7 +1469,10 @@ class MigrationController:
             for name, limit in arbitration.waiting.items():
                 log.debug("PodMigrationJob %s waits: %s reached", name, limit)
         wakes.extend(s.wake_at for s in steps if s.wake_at is not None)
-        if not self._apply(ctx, steps):
+        read = {j.metadata.name: j for j in jobs}
+        self._apply(ctx, scavenged, [s for s in steps if not _idle(s, read)])
+        if self._retry:  # a write refused since the last pass (this one's included)
+            self._retry = False
             wakes.append(now + timedelta(seconds=RETRY_SECONDS))
         if not wakes:
             return None
@@ -1451,76 +1494,201 @@ class MigrationController:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _scavenge(self, ctx: LoopContext, job: PodMigrationJob) -> None:
-        store = ctx.store
-        reservation = _created_reservation(job)
-        kind = store.registry.for_type(PodMigrationJob)
-        try:
-            if reservation:
-                self._delete_reservation(store, reservation)
-            self._took(job, *store.delete(kind, job.metadata.name))
-        except NotFound:
-            pass
-        except StoreError as err:
-            log.warning("cannot delete PodMigrationJob %s: %s", job.metadata.name, err)
+    def _apply(
+        self, ctx: LoopContext, scavenged: Sequence[PodMigrationJob], steps: Sequence[Step]
+    ) -> None:
+        """Send the pass's writes, in two batches (see :class:`_Work`).
+
+        The first holds what a PMJ's own write waits on (the reservation a scavenged PMJ made,
+        to delete; a step's reservation to create, pod to evict, reservation to delete) and the
+        writes of the PMJs that wait on nothing; once it is answered, the second holds the
+        writes of the PMJs that waited, made from the answers (the created reservation in
+        ``reservationRef``, a refused reservation or eviction, nothing after a refused
+        reservation delete). From now until its own write is answered a PMJ is held
+        (:attr:`_held`): it counts as its step writes it and is not stepped again, so nothing
+        is created or evicted twice while an answer is late, and its next write carries the
+        resourceVersion its last one stored. The Events of the pass are recorded once all of
+        it is answered, in the order of the steps. A refused eviction, reservation delete or
+        PMJ update has the loop try again after :data:`RETRY_SECONDS`; a refused scavenge is
+        tried again at the next pass."""
+        registry = ctx.store.registry
+        writes: list[Write] = []
+        works = [self._scavenging(registry, job, writes) for job in scavenged]
+        works.extend(self._stepping(ctx, step, writes) for step in steps)
+        for work in works:
+            if work.job is not None:
+                self._held[work.name] = work.job if work.step is not None else None
+            if not work.waits:
+                self._write_job(registry, work, writes)
+        self._send(ctx, writes, functools.partial(self._first_answered, ctx, works))
+
+    def _send(self, ctx: LoopContext, writes: Sequence[Write], then: Then) -> None:
+        """Send ``writes`` through the outbox; ``then`` at once when there are none."""
+        if writes:
+            self._outbox.send(ctx.store, writes, then)
         else:
-            log.info("PodMigrationJob %s scavenged", job.metadata.name)
+            then(())
 
-    def _delete_reservation(self, store: Cluster, name: str) -> None:
-        with contextlib.suppress(NotFound):
-            last, outcome = store.delete(store.registry.for_type(Reservation), name)
-            self._took(last, last, outcome)
+    def _scavenging(self, registry: Registry, job: PodMigrationJob, writes: list[Write]) -> _Work:
+        """A PMJ past its scavenge time: the reservation it made deleted first (when it made
+        one), then the PMJ."""
+        work = _Work(name=job.metadata.name, job=job)
+        reservation = _created_reservation(job)
+        if reservation:
+            work.delete_at = len(writes)
+            writes.append(Write.delete(registry.for_type(Reservation), reservation))
+        return work
 
-    def _took(self, sent: Object, stored: Object, outcome: Outcome) -> None:
-        """Assume a write until a snapshot shows it (the Cluster contract)."""
-        self._assumed[type(stored)].took(sent, stored, outcome)
+    def _stepping(self, ctx: LoopContext, step: Step, writes: list[Write]) -> _Work:
+        """``step``'s writes before its PMJ's (appended to ``writes``), in the order the step
+        makes them: its reservation created, its pod evicted, a reservation deleted."""
+        work = _Work(name=_job_name(step), job=step.job, notes=step.notes, step=step)
+        if step.create is not None and step.job is not None:
+            work.create_at = len(writes)
+            writes.append(Write.create(step.create))
+        if step.evict is not None:
+            eviction, event = self._eviction_write(ctx, step.evict)
+            if eviction is not None:
+                work.evict_at = len(writes)
+                writes.append(eviction)
+                work.eviction = eviction
+                work.evicted = event
+            elif event is not None:
+                work.events.append(event)  # a dry run: proposed, nothing to wait for
+        if step.delete_reservation:
+            work.delete_at = len(writes)
+            writes.append(
+                Write.delete(ctx.store.registry.for_type(Reservation), step.delete_reservation)
+            )
+        return work
 
-    def _apply(self, ctx: LoopContext, steps: Sequence[Step]) -> bool:
-        """Write every step; False when one of them failed (it is tried again)."""
-        store = ctx.store
-        ok = True
-        for step in steps:
-            job = step.job
-            notes = step.notes
-            try:
-                if step.create is not None and job is not None:
-                    try:
-                        made = store.create(step.create)
-                        self._took(step.create, made, Outcome.CREATED)
-                    except AlreadyExists:
-                        pass  # made by an earlier pass whose write of the job failed
-                    except StoreError as err:
-                        message = f"Failed to create Reservation caused by {err}"
-                        job = _ended(job, FAILED, REASON_FAILED_CREATE_RESERVATION, message)
-                        notes = (Note(WARNING, REASON_FAILED_CREATE_RESERVATION, message),)
-                    else:
-                        job = _reservation_ref(job, made)
-                if step.evict is not None:
-                    try:
-                        self._evict(ctx, step.evict)
-                    except StoreError as err:
-                        # Back to before the eviction: tried again.
-                        log.warning("PodMigrationJob %s: eviction failed: %s", _job_name(step), err)
-                        job = _status(step.evict.job, reason=REASON_FAILED_EVICT, message=str(err))
-                        pod = step.evict.pod.metadata
-                        failed = (
-                            f"Failed evict Pod {_quoted(pod.namespace, pod.name)} caused by {err}"
-                        )
-                        notes = (Note(WARNING, REASON_EVICTING, failed),)
-                        ok = False
-                if step.delete_reservation:
-                    self._delete_reservation(store, step.delete_reservation)
-                if job is not None:
-                    written = store.update(job)
-                    self._took(job, written, Outcome.CONFIGURED)
-                    self._announce(ctx, written, notes)
-            except StoreError as err:
-                log.warning("PodMigrationJob %s: write failed: %s", _job_name(step), err)
-                ok = False
-        return ok
+    def _write_job(self, registry: Registry, work: _Work, writes: list[Write]) -> None:
+        """Append the PMJ's own write (its update; its delete when scavenged) to ``writes``."""
+        job = work.job
+        if job is None:
+            return
+        work.write_at = len(writes)
+        if work.step is None:
+            writes.append(Write.delete_of(registry.for_type(PodMigrationJob), job))
+        else:
+            writes.append(Write.update(job))
 
-    def _evict(self, ctx: LoopContext, eviction: Eviction) -> None:
-        """Evict as the plan says (:mod:`.evictionpolicy`); a refused write raises."""
+    def _first_answered(
+        self, ctx: LoopContext, works: Sequence[_Work], results: Sequence[Result]
+    ) -> None:
+        """The first batch answered: what waited on it is made from the answers and sent."""
+        registry = ctx.store.registry
+        writes: list[Write] = []
+        for work in works:
+            if work.waits:
+                self._settle(work, results)
+                if work.job is None:
+                    self._held.pop(work.name, None)  # nothing more to write: looked at again
+                self._write_job(registry, work, writes)
+            elif work.write_at >= 0:
+                self._answered(work, results[work.write_at])
+        if writes:
+            self._send(ctx, writes, functools.partial(self._second_answered, ctx, works))
+        else:
+            self._announce(ctx, works)
+
+    def _second_answered(
+        self, ctx: LoopContext, works: Sequence[_Work], results: Sequence[Result]
+    ) -> None:
+        """The second batch (the PMJs that waited) answered: the pass is all answered."""
+        for work in works:
+            if work.waits and work.write_at >= 0:
+                self._answered(work, results[work.write_at])
+        self._announce(ctx, works)
+
+    def _settle(self, work: _Work, results: Sequence[Result]) -> None:
+        """Make ``work``'s PMJ write from the answers to what it waited on (as the PMJ's update
+        followed those writes when they were made one by one)."""
+        job, step = work.job, work.step
+        if work.create_at >= 0 and job is not None:
+            result = results[work.create_at]
+            if isinstance(result, AlreadyExists):
+                pass  # made by an earlier pass whose write of the job failed
+            elif isinstance(result, StoreError):
+                message = f"Failed to create Reservation caused by {result}"
+                job = _ended(job, FAILED, REASON_FAILED_CREATE_RESERVATION, message)
+                work.notes = (Note(WARNING, REASON_FAILED_CREATE_RESERVATION, message),)
+            elif isinstance(made := result[0], Reservation):
+                job = _reservation_ref(job, made)
+        eviction = work.eviction
+        if work.evict_at >= 0 and step is not None and step.evict is not None:
+            result = results[work.evict_at]
+            evict = step.evict
+            pod = evict.pod.metadata
+            if isinstance(result, NotFound) and eviction is not None and eviction.removes:
+                pass  # gone already
+            elif isinstance(result, StoreError):
+                # Back to before the eviction: tried again.
+                log.warning("PodMigrationJob %s: eviction failed: %s", work.name, result)
+                job = _status(evict.job, reason=REASON_FAILED_EVICT, message=str(result))
+                failed = f"Failed evict Pod {_quoted(pod.namespace, pod.name)} caused by {result}"
+                work.notes = (Note(WARNING, REASON_EVICTING, failed),)
+                self._retry = True
+            else:
+                if work.evicted is not None:
+                    work.events.append(work.evicted)
+                log.info(
+                    "pod %s/%s %s for PodMigrationJob %s",
+                    pod.namespace,
+                    pod.name,
+                    evict.plan.verb,
+                    evict.job.metadata.name,
+                )
+        if work.delete_at >= 0:
+            result = results[work.delete_at]
+            if isinstance(result, StoreError) and not isinstance(result, NotFound):
+                if step is None:
+                    log.warning("cannot delete PodMigrationJob %s: %s", work.name, result)
+                else:
+                    log.warning("PodMigrationJob %s: write failed: %s", work.name, result)
+                    self._retry = True
+                job = None
+        work.job = job
+
+    def _answered(self, work: _Work, result: Result) -> None:
+        """The PMJ's own write answered: it is no longer held (the outbox shows what was
+        stored until the snapshots do), and its Events are queued (on the PMJ as stored), or
+        the failure logged."""
+        self._held.pop(work.name, None)
+        if work.step is None:
+            if isinstance(result, NotFound):
+                return
+            if isinstance(result, StoreError):
+                log.warning("cannot delete PodMigrationJob %s: %s", work.name, result)
+            else:
+                log.info("PodMigrationJob %s scavenged", work.name)
+            return
+        if isinstance(result, StoreError):
+            log.warning("PodMigrationJob %s: write failed: %s", work.name, result)
+            self._retry = True
+            return
+        written = result[0]
+        work.events.extend((written, n.type, n.reason, n.message) for n in work.notes)
+        if not isinstance(written, PodMigrationJob):
+            return
+        phase = written.status.phase
+        if phase == FAILED:
+            log.info("PodMigrationJob %s failed: %s", work.name, written.status.message)
+        elif phase == SUCCEEDED:
+            log.info("PodMigrationJob %s succeeded: %s", work.name, written.status.message)
+
+    def _announce(self, ctx: LoopContext, works: Sequence[_Work]) -> None:
+        """Record the Events of a pass's writes, in the order of its steps, in one batch."""
+        events = [event for work in works for event in work.events]
+        if events:
+            self._events(ctx).record_many(events)
+
+    def _eviction_write(
+        self, ctx: LoopContext, eviction: Eviction
+    ) -> tuple[Write | None, _Event | None]:
+        """The write that evicts as the plan says (:mod:`.evictionpolicy`), and the Event on the
+        pod once it succeeded. Nothing for a pod gone, replaced by another of its name, or
+        marked for soft eviction before; no write but the Event for a dry run."""
         pod, job, plan = eviction.pod, eviction.job, eviction.plan
         annotations = job.metadata.annotations
         reason = annotations.get(k.ANNOTATION_EVICT_REASON, "")
@@ -1534,47 +1702,56 @@ class MigrationController:
         try:
             current = store.get(kind, pod.metadata.name, pod.metadata.namespace)
         except NotFound:
-            return
+            return None, None
         if not isinstance(current, Pod) or current.metadata.uid != pod.metadata.uid:
-            return  # already replaced by a pod of the same name
-        events = self._events(ctx)
+            return None, None  # already replaced by a pod of the same name
         if plan.dry_run:
-            events.record(pod, type=NORMAL, reason=EVENT_EVICTION_PROPOSED, message=message)
-            return
+            return None, (pod, NORMAL, EVENT_EVICTION_PROPOSED, message)
+        evicted = (pod, WARNING, EVENT_EVICTED, message)
         if plan.policy == SOFT_EVICTION:
             if ANNOTATION_SOFT_EVICTION in current.metadata.annotations:
-                return  # marked before
+                return None, None  # marked before
             marked = soft_evicted(current, plan, by, reason, ctx.now())
             if plan.resource_version:
                 meta = _replace(marked.metadata, resource_version=plan.resource_version)
                 marked = _replace(marked, metadata=meta)
-            self._took(marked, store.update(marked), Outcome.CONFIGURED)
-        else:
-            try:
-                last, outcome = store.delete(
-                    kind,
-                    pod.metadata.name,
-                    pod.metadata.namespace,
-                    resource_version=plan.resource_version,
-                )
-            except NotFound:
-                return
-            self._took(current, last, outcome)
-        events.record(pod, type=WARNING, reason=EVENT_EVICTED, message=message)
-        log.info(
-            "pod %s/%s %s for PodMigrationJob %s",
-            pod.metadata.namespace,
-            pod.metadata.name,
-            plan.verb,
-            job.metadata.name,
-        )
+            return Write.update(marked), evicted
+        write = Write.evict(kind, current)
+        if plan.resource_version:
+            write = dataclasses.replace(write, resource_version=plan.resource_version)
+        return write, evicted
 
-    def _announce(self, ctx: LoopContext, job: PodMigrationJob, notes: Sequence[Note]) -> None:
-        events = self._events(ctx)
-        for note in notes:
-            events.record(job, type=note.type, reason=note.reason, message=note.message)
-        phase = job.status.phase
-        if phase == FAILED:
-            log.info("PodMigrationJob %s failed: %s", job.metadata.name, job.status.message)
-        elif phase == SUCCEEDED:
-            log.info("PodMigrationJob %s succeeded: %s", job.metadata.name, job.status.message)
+
+#: An Event to record: (object, type, reason, message).
+_Event = tuple[Object, str, str, str]
+
+
+@dataclass(slots=True, eq=False)
+class _Work:
+    """One PMJ's writes in a pass (:meth:`MigrationController._apply`): the writes its own
+    waits on, by their places in the pass's first batch (-1: none), then its own write, then
+    its Events."""
+
+    #: the PMJ's name (holds, logs)
+    name: str
+    #: the PMJ to write once what it waits on answered (None: nothing to write)
+    job: PodMigrationJob | None
+    #: the Events on the PMJ, once written
+    notes: tuple[Note, ...] = ()
+    #: the step it does; None: the PMJ is scavenged (``job`` is deleted)
+    step: Step | None = None
+    create_at: int = -1
+    evict_at: int = -1
+    #: the eviction's write, and the Event on the pod once it succeeded
+    eviction: Write | None = None
+    evicted: _Event | None = None
+    delete_at: int = -1
+    #: the place of the PMJ's own write in its batch (-1: not sent)
+    write_at: int = -1
+    #: the Events to record, in order
+    events: list[_Event] = field(default_factory=list)
+
+    @property
+    def waits(self) -> bool:
+        """Whether the PMJ's own write waits on writes of the first batch."""
+        return self.create_at >= 0 or self.evict_at >= 0 or self.delete_at >= 0

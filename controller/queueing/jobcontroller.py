@@ -48,12 +48,16 @@ controller too, since ``koordpy up``/``simulate`` have no Kubernetes):
 
 A pass looks only at jobs whose object, QueueUnit or pods changed since the last pass (each
 compared by identity with what the last pass saw) or whose timer is due, so an idle pass
-costs a few identity checks. Writes are batched (``apply_many``/``update_many``); the loop
-returns the seconds until the next timer.
+costs a few identity checks. A pass's writes go out in one batch (:class:`Outbox`); the
+loop's snapshots show them (jobs, units, pods) until the store does, so a job is never planned
+twice from the state before its writes. A plan's Events are recorded once its writes' results
+are in (none when one failed: the job is looked at again after :data:`RETRY_SECONDS`). The
+loop returns the seconds until the next timer.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import random
@@ -68,6 +72,7 @@ import msgspec
 from apis import constants as k
 from apis import qos
 from apis.core import Job, Pod, PodStatus, PriorityClass
+from apis.kinds import Registry
 from apis.meta import Condition, Object, ObjectMeta, ObjectReference, OwnerReference
 from apis.queueing import (
     Admission,
@@ -91,7 +96,8 @@ from controller.queueing.jobs.base import (
     total_request,
 )
 from controller.queueing.jobs.batchjob import BatchJobAdapter
-from controller.store.cluster import Cluster
+from controller.store.assumed import Outbox
+from controller.store.cluster import Cluster, Result, Write
 from controller.store.snapshots import Snapshot
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -768,7 +774,17 @@ class JobController:
         self._recorder: EventRecorder | None = None
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, registry: Registry | None = None) -> None:
+        #: the writes sent: jobs, units and pods are shown as written until the store does
+        self._outbox = Outbox(
+            kinds=()
+            if registry is None
+            else (
+                *(registry.for_type(adapter.kind) for adapter in self._adapters.values()),
+                registry.for_type(QueueUnit),
+                registry.for_type(Pod),
+            )
+        )
         self._job_views: dict[str, Sequence[Object]] = {}
         #: job key -> the job object last seen.
         self._jobs: dict[JobKey, Object] = {}
@@ -778,9 +794,9 @@ class JobController:
         #: (namespace, name) -> the QueueUnit last seen.
         self._units: dict[tuple[str, str], QueueUnit] = {}
         self._pod_view: Sequence[Object] | None = None
-        #: pod uid -> (the pod last seen, its owner's uid).
+        #: pod id (:func:`_pod_id`) -> (the pod last seen, its owner's uid).
         self._pods: dict[str, tuple[Pod, str]] = {}
-        #: owner uid -> pod uid -> pod.
+        #: owner uid -> pod id -> pod.
         self._owned: dict[str, dict[str, Pod]] = {}
         #: (at, job key) timers; stale entries are skipped.
         self._timers: list[tuple[datetime, JobKey]] = []
@@ -840,13 +856,13 @@ class JobController:
             changes = [(None, obj) for obj in view]
             gone = list(self._pods)
         else:
-            gone = [b.metadata.uid for b, _ in changes if isinstance(b, Pod)]
+            gone = [_pod_id(b) for b, _ in changes if isinstance(b, Pod)]
         seen: set[str] = set()
         for _, obj in changes:
             pod = obj if isinstance(obj, Pod) else None
             if pod is None or not pod.metadata.owner_references:
                 continue
-            uid = pod.metadata.uid
+            uid = _pod_id(pod)
             before = self._pods.get(uid)
             seen.add(uid)
             if before is not None and before[0] is pod:
@@ -896,9 +912,10 @@ class JobController:
         if store is not self._store:
             self._store = store
             self._recorder = EventRecorder(store, component=JOB_CONTROLLER, clock=ctx.now)
-            self._reset()
+            self._reset(store.registry)
         now = ctx.now()
-        snapshot = store.snapshot()
+        # results that arrived first, then what this loop wrote and the store does not show yet
+        snapshot = self._outbox.over(store.snapshot())
         dirty: set[JobKey] = set()
         self._changed_jobs(snapshot, store, dirty)
         self._changed_units(snapshot, store, dirty)
@@ -958,45 +975,65 @@ class JobController:
     def _write(
         self, store: Cluster, plans: Sequence[tuple[JobKey, JobPlan]], now: datetime
     ) -> None:
-        failed: set[JobKey] = set()
-
-        def check(keys: Sequence[JobKey], results: Sequence[object]) -> None:
-            for key, result in zip(keys, results, strict=True):
-                if isinstance(result, StoreError):
-                    log.warning("job %s/%s: write failed: %s", key[1], key[2], result)
-                    failed.add(key)
-
-        jobs = [(key, p.job) for key, p in plans if p.job is not None]
-        if jobs:
-            check([k_ for k_, _ in jobs], store.update_many([j for _, j in jobs]))
-        creates: list[tuple[JobKey, Object]] = [
-            (key, p.create_unit) for key, p in plans if p.create_unit is not None
-        ]
-        creates.extend((key, pod) for key, p in plans for pod in p.create_pods)
-        if creates:
-            check([k_ for k_, _ in creates], store.apply_many([o for _, o in creates]))
-        updates: list[tuple[JobKey, Object]] = [
-            (key, p.unit) for key, p in plans if p.unit is not None
-        ]
-        updates.extend((key, pod) for key, p in plans for pod in p.update_pods)
-        if updates:
-            check([k_ for k_, _ in updates], store.update_many([o for _, o in updates]))
+        """Send every plan's writes in one batch, in the order jobs, creates (units, then
+        pods), updates (units, then pods), deletes (pods, then the unit)."""
+        owners: list[JobKey] = []
+        writes: list[Write] = []
+        for key, plan in plans:
+            if plan.job is not None:
+                owners.append(key)
+                writes.append(Write.update(plan.job))
+        for key, plan in plans:
+            if plan.create_unit is not None:
+                owners.append(key)
+                writes.append(Write.apply(plan.create_unit))
+        for key, plan in plans:
+            for pod in plan.create_pods:
+                owners.append(key)
+                writes.append(Write.apply(pod))
+        for key, plan in plans:
+            if plan.unit is not None:
+                owners.append(key)
+                writes.append(Write.update(plan.unit))
+        for key, plan in plans:
+            for pod in plan.update_pods:
+                owners.append(key)
+                writes.append(Write.update(pod))
+        registry = store.registry
         for key, plan in plans:
             doomed: list[Object] = list(plan.delete_pods)
             if plan.delete_unit is not None:
                 doomed.append(plan.delete_unit)
             for obj in doomed:
-                try:
-                    store.delete(
-                        store.registry.for_object(obj),
-                        obj.metadata.name,
-                        obj.metadata.namespace,
-                    )
-                except NotFound:
-                    pass
-                except StoreError as err:
-                    log.warning("job %s/%s: delete failed: %s", key[1], key[2], err)
-                    failed.add(key)
+                owners.append(key)
+                writes.append(Write.delete_of(registry.for_object(obj), obj))
+        self._outbox.send(
+            store, writes, functools.partial(self._written, plans, owners, writes, now)
+        )
+
+    def _written(
+        self,
+        plans: Sequence[tuple[JobKey, JobPlan]],
+        owners: Sequence[JobKey],
+        writes: Sequence[Write],
+        sent_at: datetime,
+        results: Sequence[Result],
+    ) -> None:
+        """The results of one pass's writes: the Events of the plans whose writes all went
+        through are recorded; a job with a failed write is forgotten (so the next pass that
+        looks at it plans it afresh) and looked at again :data:`RETRY_SECONDS` after the
+        writes were sent. A delete of what is gone already did not fail."""
+        failed: set[JobKey] = set()
+        for key, write, result in zip(owners, writes, results, strict=True):
+            if not isinstance(result, StoreError):
+                continue
+            if write.removes:
+                if isinstance(result, NotFound):
+                    continue
+                log.warning("job %s/%s: delete failed: %s", key[1], key[2], result)
+            else:
+                log.warning("job %s/%s: write failed: %s", key[1], key[2], result)
+            failed.add(key)
         events = [e for key, plan in plans if key not in failed for e in plan.events]
         if events and self._recorder is not None:
             try:
@@ -1006,4 +1043,11 @@ class JobController:
         for key in failed:
             # Look again soon: forget the job so the next pass treats it as changed.
             self._jobs.pop(key, None)
-            self._set_timer(key, now + timedelta(seconds=RETRY_SECONDS))
+            self._set_timer(key, sent_at + timedelta(seconds=RETRY_SECONDS))
+
+
+def _pod_id(pod: Object) -> str:
+    """What the loop tracks a pod by: its uid; for a pod it created and the store has not
+    answered yet (shown as written, without a uid), its namespace and name."""
+    meta = pod.metadata
+    return meta.uid or f"/{meta.namespace}/{meta.name}"

@@ -36,6 +36,14 @@ Each pass (:meth:`QueueingLoop.reconcile`):
    with 1-based positions and the ``koordpy.io/admission-rate`` annotation on each Queue, the
    waiting units' reasons, and the quotas' ``status.used`` and runtime/request annotations.
 
+Writes are sent, never waited on (:class:`~controller.store.assumed.Outbox`): a pass's unit
+writes, its queue writes and its status writes each go out as one batch, and their results are
+handled when they arrive (at once from a local backend, else at the start of a later pass).
+A unit stays ``updating`` (never admitted, charged or evicted twice) until the watch shows its
+write; one whose write failed is read again in full, so what the pass charged or gave back for
+it follows the unit as stored. A Queue or quota the loop wrote is not written again before the
+watch shows that write.
+
 It returns 0 when a cycle left work, else the seconds until the next timer (backoff end,
 execution deadline, status refresh), else None.
 """
@@ -43,9 +51,11 @@ execution deadline, status refresh), else None.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
@@ -88,7 +98,8 @@ from controller.queueing.visibility import (
 from controller.quota.check import QuotaIndex, QuotaSums, quota_name
 from controller.quota.status import child_request, quota_status
 from controller.quota.tree import QuotaTree, RuntimeQuota
-from controller.store.cluster import Cluster
+from controller.store.assumed import Outbox
+from controller.store.cluster import Cluster, Outcome, Result, Verb, Write
 from controller.store.watching import EventType, Watch
 
 if TYPE_CHECKING:
@@ -198,6 +209,42 @@ class _Written:
     at: float
 
 
+#: (kind key, namespace, name) of a Queue or ElasticQuota
+_ObjectKey = tuple[str, str, str]
+
+
+@dataclass(slots=True)
+class _Unseen:
+    """A Queue or ElasticQuota write the loop sent that its watches have not shown yet (they
+    may show a loop's own writes late, as snapshots may): while it is unseen the loop does not
+    write the object again from the state before it."""
+
+    #: the resourceVersion the write replaced; "" for a create, None for a delete
+    replaced: str | None
+    uid: str
+    write: Write
+
+
+def _before_write(entry: _Unseen, seen: Object | None) -> bool:
+    """Whether ``seen`` (what the watch shows now) is still the state ``entry``'s write
+    changed: the same rule as :class:`~controller.store.assumed.Assumed` (a version other than
+    the one replaced, or the object gone, is past it: versions are compared for equality)."""
+    if entry.replaced is None:  # deleted: still there
+        return seen is not None and seen.metadata.uid == entry.uid
+    if not entry.replaced:  # created: not there yet
+        return seen is None
+    return (
+        seen is not None
+        and seen.metadata.resource_version == entry.replaced
+        and seen.metadata.uid == entry.uid
+    )
+
+
+def _object_key(obj: Object) -> _ObjectKey:
+    meta = obj.metadata
+    return (_REGISTRY.for_type(type(obj)).key, meta.namespace, meta.name)
+
+
 class QueueingLoop:
     """Koord-Queue admission as a control loop (see the module docstring)."""
 
@@ -223,6 +270,19 @@ class QueueingLoop:
 
     def _reset(self, store: Cluster, now: datetime) -> None:
         self._store = store
+        #: this store's writes: results still to come from an earlier store are dropped
+        self._outbox = Outbox()
+        #: the Queue and ElasticQuota writes sent and not seen yet, by object
+        self._unseen: dict[_ObjectKey, _Unseen] = {}
+        #: the unit writes whose results are still to come, batch by batch as sent (the
+        #: Outbox hands results over in that order)
+        self._unit_batches: deque[Mapping[str, QueueUnit]] = deque()
+        #: units read again in full at the next sync: a write of theirs failed, so what this
+        #: loop decided for them (a charge, an eviction) is undone from what the store holds
+        self._reread: set[tuple[str, str]] = set()
+        #: uid -> the unit as its admission checks were last decided and written from, while
+        #: the loop has not seen that write (decided once per state of the unit)
+        self._checked: dict[str, QueueUnit] = {}
         self._uid_by_key: dict[tuple[str, str], str] = {}
         # Plugins keep state: a factory gives every store (every restart) fresh ones.
         plugins = self._plugins() if callable(self._plugins) else self._plugins
@@ -296,10 +356,16 @@ class QueueingLoop:
             objects[key] = obj
         if kind is _UNIT:
             self._changed_units[key] = obj if isinstance(obj, QueueUnit) else None
-        elif kind is _QUOTA:
-            self._quotas_dirty = True
-        elif kind is _QUEUE:
-            self._queues_dirty = True
+        elif kind is _QUOTA or kind is _QUEUE:
+            if kind is _QUOTA:
+                self._quotas_dirty = True
+            else:
+                self._queues_dirty = True
+            if self._unseen:
+                entry_key = (kind.key, *key)
+                entry = self._unseen.get(entry_key)
+                if entry is not None and not _before_write(entry, obj):
+                    del self._unseen[entry_key]  # seen, superseded or gone
         elif kind is _NODE:
             # Only a changed allocatable moves the cluster total (heartbeats do not).
             before = self._allocatable.pop(key, None)
@@ -358,9 +424,25 @@ class QueueingLoop:
             if q.metadata.name != k.QUOTA_DEFAULT or needs_default
         }
         existing = self._objects[_QUEUE.key]
-        writes: list[Object] = []
+        unseen = self._unseen
+        # What the loop wrote and has not seen yet counts as there: it is not written again.
+        shown: Mapping[tuple[str, str], Object | None] = existing
+        if unseen:
+            shown = dict(existing)
+            for (kind_key, namespace, name), entry in unseen.items():
+                if kind_key == _QUEUE.key:
+                    shown[(namespace, name)] = None if entry.write.removes else entry.write.obj
+        deletes: list[Write] = []
+        for key, current in shown.items():
+            if (
+                current is not None
+                and key not in desired
+                and current.metadata.labels.get(k.LABEL_QUEUE_CREATED_BY_KUBEQUEUE) == "true"
+            ):
+                deletes.append(Write.delete_of(_QUEUE, current))
+        applies: list[Write] = []
         for key, queue in desired.items():
-            current = existing.get(key)
+            current = shown.get(key)
             if isinstance(current, Queue):
                 if current.metadata.labels.get(k.LABEL_QUEUE_CREATED_BY_KUBEQUEUE) != "true":
                     continue  # a Queue made by hand keeps its settings
@@ -373,34 +455,72 @@ class QueueingLoop:
                     and current.metadata.annotations == wanted_annotations
                 ):
                     continue
-                writes.append(
-                    msgspec.structs.replace(
-                        current,
-                        metadata=msgspec.structs.replace(
-                            current.metadata, labels=wanted_labels, annotations=wanted_annotations
-                        ),
-                        spec=msgspec.structs.replace(
-                            current.spec,
-                            queue_policy=queue.spec.queue_policy,
-                            priority=queue.spec.priority,
-                        ),
+                applies.append(
+                    Write.apply(
+                        msgspec.structs.replace(
+                            current,
+                            metadata=msgspec.structs.replace(
+                                current.metadata,
+                                labels=wanted_labels,
+                                annotations=wanted_annotations,
+                            ),
+                            spec=msgspec.structs.replace(
+                                current.spec,
+                                queue_policy=queue.spec.queue_policy,
+                                priority=queue.spec.priority,
+                            ),
+                        )
                     )
                 )
             else:
-                writes.append(queue)
-        for key, current in list(existing.items()):
-            if (
-                key not in desired
-                and current.metadata.labels.get(k.LABEL_QUEUE_CREATED_BY_KUBEQUEUE) == "true"
-            ):
-                try:
-                    store.delete(_QUEUE, key[1], key[0])
-                except StoreError as err:
-                    log.debug("queueing: deleting queue %s/%s: %s", key[0], key[1], err)
-        if writes:
-            for result in store.apply_many(writes):
-                if isinstance(result, StoreError):
+                applies.append(Write.apply(queue))
+        self._send_objects(store, [*deletes, *applies])
+
+    def _send_objects(self, store: Cluster, writes: Sequence[Write]) -> None:
+        """Send Queue and ElasticQuota writes (one batch), each unseen until the watches show
+        it or its result says it changed nothing."""
+        if not writes:
+            return
+        unseen = self._unseen
+        for write in writes:
+            obj = write.obj
+            assert obj is not None
+            meta = obj.metadata
+            key = _object_key(obj)
+            replaced: str | None = None
+            if not write.removes:
+                found = unseen.get(key)
+                replaced = (
+                    found.replaced
+                    if found is not None and found.replaced is not None
+                    else meta.resource_version  # an earlier write not seen yet: what it replaced
+                )
+            unseen[key] = _Unseen(replaced, meta.uid, write)
+        self._outbox.send(store, writes, functools.partial(self._objects_written, writes))
+
+    def _objects_written(self, writes: Sequence[Write], results: Sequence[Result]) -> None:
+        """The results of Queue and ElasticQuota writes: one that failed or changed nothing
+        shows no change on the watches, so it is no longer waited for."""
+        unseen = self._unseen
+        for write, result in zip(writes, results, strict=True):
+            obj = write.obj
+            assert obj is not None
+            if isinstance(result, StoreError):
+                meta = obj.metadata
+                if isinstance(obj, Queue) and write.removes:
+                    log.debug(
+                        "queueing: deleting queue %s/%s: %s", meta.namespace, meta.name, result
+                    )
+                elif isinstance(obj, Queue) and write.verb is not Verb.UPDATE:
                     log.warning("queueing: writing a queue: %s", result)
+                else:
+                    log.debug("queueing: status write: %s", result)
+            elif result[1] is not Outcome.UNCHANGED:
+                continue
+            key = _object_key(obj)
+            entry = unseen.get(key)
+            if entry is not None and entry.write is write:
+                del unseen[key]
 
     def _interval(self) -> float:
         """Seconds between status passes: the shortest refresh interval any queue asks for."""
@@ -440,9 +560,11 @@ class QueueingLoop:
         if not changed:
             return
         self._changed_units = {}
+        reread, self._reread = self._reread, set()
         requota = self._requota
         self._units_seen = True
         engine = self.engine
+        checked = self._checked
         for key, obj in changed.items():
             if obj is None:
                 uid = self._uid_by_key.pop(key, None)
@@ -451,14 +573,18 @@ class QueueingLoop:
                     self._written.pop(uid, None)
                     self._reserved.discard(uid)
                     self._timers.pop(uid, None)
+                    checked.pop(uid, None)
                 continue
             previous = self._uid_by_key.get(key)
             before = engine.units.get(previous) if previous is not None else None
+            if checked and previous is not None:
+                checked.pop(previous, None)  # a new state: its checks are decided again
             if (
                 before is not None
                 and before.uid == (obj.metadata.uid or before.uid)
                 and not requota
                 and same_for_engine(before.obj, obj)
+                and (not reread or key not in reread)
             ):
                 engine.refresh(dataclasses.replace(before, obj=obj))
                 continue
@@ -614,6 +740,7 @@ class QueueingLoop:
         if store is not self._store:
             self._reset(store, now)
         self._now_dt = now
+        self._outbox.collect()  # the results of earlier writes, before anything is decided
         self._drain(store)
         self._sync_quotas(store)
         self._drain(store)  # the queues just written
@@ -647,7 +774,8 @@ class QueueingLoop:
             self._last_status = now.timestamp()
             self._status_dirty = False
             self._write_refusals(now, writes, events, everyone=True)
-            self._write_status(store, now)
+            # one held back (its last write not seen yet) is written at the next status pass
+            self._status_dirty = self._write_status(store, now)
         self._flush(store, writes, events)
         if self._metrics is not None:
             for (queue, outcome), count in result.attempts.items():
@@ -887,6 +1015,8 @@ class QueueingLoop:
             if info is None or info.phase != phases.RESERVED or uid in self.engine.updating:
                 continue
             unit = info.obj
+            if self._checked.get(uid) is unit:
+                continue  # decided and written from this state; the write is not seen yet
             states = list(unit.status.admission_checks)
             changed = False
             gate = ""
@@ -909,6 +1039,7 @@ class QueueingLoop:
                     states[position] = decided
                     changed = True
             verdict = checks.verdict(states)
+            written = writes.get(uid)
             if verdict is checks.Verdict.READY:
                 status = msgspec.structs.replace(
                     unit.status,
@@ -971,6 +1102,8 @@ class QueueingLoop:
                         message=gate or unit.status.message,
                     ),
                 )
+            if writes.get(uid) is not written:
+                self._checked[uid] = unit
 
     # -- reasons -----------------------------------------------------------------------------------
 
@@ -1030,9 +1163,14 @@ class QueueingLoop:
 
     # -- status of queues and quotas ---------------------------------------------------------------
 
-    def _write_status(self, store: Cluster, now: datetime) -> None:
+    def _write_status(self, store: Cluster, now: datetime) -> bool:
+        """Write the queues' and quotas' status (one batch); whether one was held back because
+        the loop's last write of it is not seen yet (it is written at the next status pass,
+        from the state the write made)."""
         engine = self.engine
-        writes: list[Object] = []
+        writes: list[Write] = []
+        unseen = self._unseen
+        held = False
         instant = now.timestamp()
         for name, queue in engine.queues.items():
             obj = queue.config.obj
@@ -1040,6 +1178,9 @@ class QueueingLoop:
                 continue
             interval = self._refresh.get(name, self._status_interval)
             if instant - self._queue_status_at.get(name, float("-inf")) < interval - 1e-6:
+                continue
+            if unseen and _object_key(obj) in unseen:
+                held = True
                 continue
             self._queue_status_at[name] = instant
             rate = self._rates.get(name, AdmissionRate()).update(
@@ -1064,16 +1205,21 @@ class QueueingLoop:
             if details == obj.status.queue_item_details and annotations == obj.metadata.annotations:
                 continue
             writes.append(
-                msgspec.structs.replace(
-                    obj,
-                    metadata=msgspec.structs.replace(obj.metadata, annotations=annotations),
-                    status=msgspec.structs.replace(obj.status, queue_item_details=details),
+                Write.update(
+                    msgspec.structs.replace(
+                        obj,
+                        metadata=msgspec.structs.replace(obj.metadata, annotations=annotations),
+                        status=msgspec.structs.replace(obj.status, queue_item_details=details),
+                    )
                 )
             )
         runtime = self._runtime_quota
         if self._metrics is not None:
             self._metrics.observe(self._snapshot(runtime))
         for quota in self._quota_objects():
+            if unseen and _object_key(quota) in unseen:
+                held = True
+                continue
             name = quota.metadata.name
             used = ResourceList(
                 {r: v for r, v in engine.ledger.used(name).items() if r != MAX_JOBS and v}
@@ -1103,11 +1249,9 @@ class QueueingLoop:
                 non_preemptible_used=pinned,
             )
             if updated is not None:
-                writes.append(updated)
-        if writes:
-            for result in store.update_many(writes):
-                if isinstance(result, StoreError):
-                    log.debug("queueing: status write: %s", result)
+                writes.append(Write.update(updated))
+        self._send_objects(store, writes)
+        return held
 
     def _snapshot(self, runtime: RuntimeQuota | None) -> QueueingSnapshot:
         engine = self.engine
@@ -1146,24 +1290,45 @@ class QueueingLoop:
         events: list[tuple[Object, str, str, str]],
     ) -> None:
         if writes:
-            units = list(writes.items())
-            for (uid, unit), result in zip(
-                units, store.update_many([u for _, u in units]), strict=True
-            ):
-                if isinstance(result, StoreError):
-                    # Someone else wrote the unit meanwhile: forget what this pass decided
-                    # for it and read it again (what a cycle charged is given back then).
-                    log.info("queueing: unit %s/%s not written: %s", *unit_key(unit), result)
-                    self.engine.updating.discard(uid)
-                    key = unit_key(unit)
-                    known = self._objects[_UNIT.key].get(key)
-                    self._changed_units[key] = known if isinstance(known, QueueUnit) else None
-                    self._written.pop(uid, None)
+            self._unit_batches.append(writes)
+            self._outbox.send(
+                store,
+                [Write.update(unit) for unit in writes.values()],
+                functools.partial(self._units_written, writes),
+            )
         if events:
             try:
                 self._recorder.record_many(events)
             except StoreError as err:
                 log.debug("queueing: events: %s", err)
+
+    def _units_written(self, sent: Mapping[str, QueueUnit], results: Sequence[Result]) -> None:
+        """The results of one pass's unit writes (that pass's or a later one's end).
+
+        A unit whose write failed (someone else wrote it meanwhile, or the store refused)
+        keeps what the store holds: what the pass decided for it is forgotten and the unit is
+        read again in full at the next sync, so what a cycle charged (or an eviction gave
+        back) follows the unit as stored. Until then the unit stayed ``updating``, so nothing
+        was decided for it twice. A failure is ignored when a later write of the unit is still
+        in flight: that one was decided from a newer state, and its own result counts."""
+        batches = self._unit_batches
+        if batches and batches[0] is sent:
+            batches.popleft()
+        elif sent in batches:
+            batches.remove(sent)
+        for (uid, unit), result in zip(sent.items(), results, strict=True):
+            if not isinstance(result, StoreError):
+                continue
+            log.info("queueing: unit %s/%s not written: %s", *unit_key(unit), result)
+            if any(uid in later for later in batches):
+                continue
+            self.engine.updating.discard(uid)
+            key = unit_key(unit)
+            known = self._objects[_UNIT.key].get(key)
+            self._changed_units[key] = known if isinstance(known, QueueUnit) else None
+            self._reread.add(key)
+            self._written.pop(uid, None)
+            self._checked.pop(uid, None)
 
 
 def _same_reason(before: str, after: str) -> bool:

@@ -13,7 +13,8 @@
   value that is not a duration is ignored (logged once per pod).
 
 Only pods that changed since the last pass are looked at; pending ends sit in a heap, and
-``reconcile`` returns the seconds until the next one.
+``reconcile`` returns the seconds until the next one. A pass's pod writes go out in one batch
+(:class:`Outbox`); the loop's snapshots show them until the store does.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from apis import qos
 from apis.core import Container, ContainerState, ContainerStatus, Node, Pod
 from apis.duration import Duration, DurationError
 from apis.meta import Condition, Object
-from controller.store.cluster import Cluster
+from controller.errors import StoreError
+from controller.store.assumed import Outbox
+from controller.store.cluster import Cluster, Result, Write
 from controller.store.snapshots import Change
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
@@ -202,6 +205,13 @@ def _startable(pod: Pod) -> bool:
     )
 
 
+def _written(results: Sequence[Result]) -> None:
+    """A failed start or end is logged; the pod is started or ended again once it changes."""
+    for result in results:
+        if isinstance(result, StoreError):
+            log.warning("pod lifecycle: write failed: %s", result)
+
+
 class PodLifecycle:
     """A :class:`~controller.loops.ControlLoop`; see the module docstring."""
 
@@ -211,7 +221,9 @@ class PodLifecycle:
         self._store: Cluster | None = None
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, store: Cluster | None = None) -> None:
+        #: the pod writes sent, shown as written until the store does
+        self._outbox = Outbox(kinds=() if store is None else (store.registry.for_type(Pod),))
         self._view: Sequence[Object] | None = None
         #: uid -> the pod last seen.
         self._seen: dict[str, Pod] = {}
@@ -223,9 +235,9 @@ class PodLifecycle:
         store = ctx.store
         if store is not self._store:
             self._store = store
-            self._reset()
+            self._reset(store)
         now = ctx.now()
-        snapshot = store.snapshot()
+        snapshot = self._outbox.over(store.snapshot())
         kind = store.registry.for_type(Pod)
         view = snapshot.objects(kind)
         writes: list[Pod] = []
@@ -247,10 +259,7 @@ class PodLifecycle:
             pod = snapshot.get(kind, name, namespace)
             if isinstance(pod, Pod) and pod.metadata.uid == uid and pod.status.phase == "Running":
                 writes.append(completed_pod(pod, now))
-        if writes:
-            for result in store.update_many(writes):
-                if not isinstance(result, tuple):
-                    log.warning("pod lifecycle: write failed: %s", result)
+        self._outbox.send(store, [Write.update(pod) for pod in writes], _written)
         if not self._end_of:
             return None
         return max(0.0, (min(self._end_of.values()) - now).total_seconds())

@@ -33,6 +33,7 @@ so that ``koordpy get events`` tells why the pod went.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Final
 from apis import constants as k
 from apis.core import Node, Pod, pod_requests
 from apis.duration import Duration
+from apis.kinds import default_registry
 from apis.meta import Object
 from apis.quota import ElasticQuota
 from apis.resources import ResourceList
@@ -62,6 +64,8 @@ from controller.scheduler.config import ConfigInForce
 from controller.scheduler.plugins.elasticquota import NodeTotal
 from controller.scheduler.preemption import importance_key
 from controller.scheduler.profile import KOORD_SCHEDULER
+from controller.store.assumed import Outbox
+from controller.store.writes import Result, Write
 
 if TYPE_CHECKING:  # controller.loops lists this loop: no import back at run time
     from controller.loops import LoopContext
@@ -244,6 +248,8 @@ class QuotaRevokeLoop:
         self._nodes = NodeTotal()
         self._allocatable = ResourceList()
         self._recorder: tuple[Cluster, EventRecorder] | None = None
+        #: the revocations sent, laid over the snapshots until they show them
+        self._outbox = Outbox(kinds=(default_registry().for_type(Pod),))
 
     def share_configuration(self, shared: ConfigInForce) -> None:
         """Follow ``shared``, the configuration the scheduler loop follows (a loop built with
@@ -305,7 +311,7 @@ class QuotaRevokeLoop:
 
     def reconcile(self, ctx: LoopContext) -> float | None:
         store = ctx.store
-        snapshot = store.snapshot()
+        snapshot = self._outbox.over(store.snapshot())
         self._follow(ctx, snapshot)
         if not self.enabled:
             self._since, self._next, self._seen = {}, None, None
@@ -340,23 +346,30 @@ class QuotaRevokeLoop:
     ) -> None:
         kind = store.registry.for_type(Pod)
         message = revoke_message(view, delay)
-        for pod in pods:
-            if pod.metadata.deletion_timestamp is not None:
-                continue  # already going
-            try:
-                store.delete(
-                    kind,
-                    pod.metadata.name,
-                    pod.metadata.namespace,
-                    resource_version=pod.metadata.resource_version,
-                )
-            except StoreError as err:
+        doomed = [pod for pod in pods if pod.metadata.deletion_timestamp is None]  # not going
+        self._outbox.send(
+            store,
+            [Write.delete_of(kind, pod, precondition=True) for pod in doomed],
+            functools.partial(self._revoked, store, ctx, view, doomed, message),
+        )
+
+    def _revoked(
+        self,
+        store: Cluster,
+        ctx: LoopContext,
+        view: QuotaView,
+        pods: Sequence[Pod],
+        message: str,
+        results: Sequence[Result],
+    ) -> None:
+        for pod, result in zip(pods, results, strict=True):
+            if isinstance(result, StoreError):
                 log.warning(
                     "revoking pod %s/%s of quota %s failed: %s",
                     pod.metadata.namespace,
                     pod.metadata.name,
                     view.name,
-                    err,
+                    result,
                 )
                 continue
             log.info(

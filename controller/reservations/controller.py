@@ -47,6 +47,7 @@ changes the scheduler makes when it binds a reservation or fails to place it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,8 +71,8 @@ from controller.reservations.args import ReservationArgs
 from controller.reservations.reserve_pod import allocatable_at_bind
 from controller.scheduler.config import ConfigInForce
 from controller.scheduler.profile import KOORD_SCHEDULER
-from controller.store.assumed import Assumed
-from controller.store.cluster import Outcome
+from controller.store.assumed import Outbox
+from controller.store.writes import Result, Write
 
 if TYPE_CHECKING:  # controller.loops lists this loop: no import back at run time
     from controller.loops import LoopContext
@@ -346,8 +347,10 @@ class ReservationController:
         self.args = args or ReservationArgs()
         self.expire_pending = expire_pending
         self._next_gc: datetime | None = None
-        #: the reservations this loop wrote that its snapshots may not show yet
-        self._assumed = Assumed(_RESERVATION_KIND)
+        #: the reservations this loop wrote, laid over its snapshots until they show them
+        self._outbox = Outbox(kinds=(_RESERVATION_KIND,))
+        #: a write failed: look again after MIN_REQUEUE_SECONDS
+        self._retry = False
         #: The scheduler configuration followed (None: ``args`` were given).
         self._config = ConfigInForce() if args is None else None
         self._generation = 0
@@ -385,7 +388,8 @@ class ReservationController:
         store = ctx.store
         registry = store.registry
         now = ctx.now()
-        snapshot = self._assumed.over(store.snapshot())
+        self._retry = False  # a result arriving now may set it
+        snapshot = self._outbox.over(store.snapshot())
         self._follow(ctx, snapshot)
         reservations = [
             r
@@ -400,6 +404,7 @@ class ReservationController:
             if isinstance(pod, Pod) and pod.spec.node_name:
                 pods_by_node.setdefault(pod.spec.node_name, []).append(pod)
         waits: list[float] = []
+        updates: list[Reservation] = []
         for r in reservations:
             node = r.status.node_name
             result = sync(
@@ -412,21 +417,30 @@ class ReservationController:
             if result.requeue is not None:
                 waits.append(result.requeue)
             if result.updated is not None:
-                waits.extend(self._write(ctx, result.updated))
+                updates.append(result.updated)
+        self._outbox.send(
+            store, [Write.update(r) for r in updates], functools.partial(self._written, updates)
+        )
         if not self.args.disable_garbage_collection:
             waits.extend(self._collect(ctx, reservations, nodes, now))
+        if self._retry:
+            waits.append(MIN_REQUEUE_SECONDS)
         return min(waits, default=None)
 
-    def _write(self, ctx: LoopContext, updated: Reservation) -> list[float]:
-        try:
-            saved = ctx.store.update(updated)
-        except StoreError as err:
-            log.warning("cannot update reservation %s: %s", updated.metadata.name, err)
-            return [MIN_REQUEUE_SECONDS]
-        self._assumed.took(updated, saved, Outcome.CONFIGURED)
-        if updated.status.phase in _TERMINAL:
-            log.info("reservation %s is %s", updated.metadata.name, updated.status.phase)
-        return []
+    def _written(self, updates: Sequence[Reservation], results: Sequence[Result]) -> None:
+        for updated, result in zip(updates, results, strict=True):
+            if isinstance(result, StoreError):
+                log.warning("cannot update reservation %s: %s", updated.metadata.name, result)
+                self._retry = True
+            elif updated.status.phase in _TERMINAL:
+                log.info("reservation %s is %s", updated.metadata.name, updated.status.phase)
+
+    def _collected(self, names: Sequence[str], results: Sequence[Result]) -> None:
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, StoreError):
+                log.warning("cannot delete reservation %s: %s", name, result)
+            else:
+                log.info("reservation %s garbage collected", name)
 
     def _collect(
         self,
@@ -455,16 +469,12 @@ class ReservationController:
             self._next_gc = now + interval
             kind = ctx.store.registry.for_type(Reservation)
             by_name = {r.metadata.name: r for r in reservations}
-            for name, due in sorted(due_times.items()):
-                if due > now:
-                    continue
-                try:
-                    last, outcome = ctx.store.delete(kind, name)
-                except StoreError as err:
-                    log.warning("cannot delete reservation %s: %s", name, err)
-                else:
-                    self._assumed.took(by_name[name], last, outcome)
-                    log.info("reservation %s garbage collected", name)
+            names = [name for name, due in sorted(due_times.items()) if due <= now]
+            self._outbox.send(
+                ctx.store,
+                [Write.delete_of(kind, by_name[name]) for name in names],
+                functools.partial(self._collected, names),
+            )
             due_times = {n: d for n, d in due_times.items() if d > now}
             if not due_times:
                 return []

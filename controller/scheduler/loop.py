@@ -70,6 +70,7 @@ restart) starts both afresh.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from datetime import datetime
@@ -120,9 +121,10 @@ from controller.scheduler.profile import (
     profiles_by_scheduler,
 )
 from controller.scheduler.scheduling_queue import QueuedPod, SchedulingQueue
-from controller.store.assumed import Assumed
-from controller.store.cluster import Cluster, Outcome
+from controller.store.assumed import Outbox
+from controller.store.cluster import Cluster
 from controller.store.snapshots import Snapshot
+from controller.store.writes import Result, Write
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -215,6 +217,18 @@ def _allocated_to(pod: Pod, reservation: Reservation) -> Pod:
     )
 
 
+def _log_marked(results: Sequence[Result]) -> None:
+    for result in results:
+        if isinstance(result, StoreError):
+            log.info("marking a pre-allocated pod: %s", result)
+
+
+def _log_unexplained(results: Sequence[Result]) -> None:
+    for result in results:
+        if isinstance(result, StoreError):
+            log.info("recording why a pod is unschedulable: %s", result)
+
+
 class SchedulerLoop:
     """A :class:`~controller.loops.ControlLoop`; see the module docstring."""
 
@@ -282,9 +296,9 @@ class SchedulerLoop:
         self._pod_view: Sequence[Object] | None = None
         #: uid -> the assigned pod object last accounted.
         self._assigned: dict[str, Pod] = {}
-        #: the pods and reservations this loop wrote that its snapshots may not show yet
-        #: (bound, marked unschedulable): laid over every snapshot until they do
-        self._assumed = {kind.type: Assumed(kind) for kind in (_POD_KIND, _RESERVATION_KIND)}
+        #: the pods and reservations this loop wrote (bound, marked unschedulable, preempted):
+        #: laid over every snapshot until it shows them; their results handled as they arrive
+        self._outbox = Outbox(kinds=(_POD_KIND, _RESERVATION_KIND))
         #: namespace/name -> the pending pod object last queued.
         self._pending: dict[str, Pod] = {}
         #: reservation uid -> the pod an Available reservation holds its node with.
@@ -341,9 +355,7 @@ class SchedulerLoop:
             self._reset()
             self._recorder = EventRecorder(store, component=KOORD_SCHEDULER, clock=ctx.now)
         now = ctx.now()
-        snapshot = store.snapshot()
-        for assumed in self._assumed.values():
-            snapshot = assumed.over(snapshot)
+        snapshot = self._outbox.over(store.snapshot())
         if self._watch is not None:
             config = self._watch.poll(snapshot, store.registry, self._recorder)
             if config is not None and self._generation != self._watch.generation:
@@ -580,42 +592,45 @@ class SchedulerLoop:
                 continue
             writes.append((entry, profile, decision))
             objects.append(bound_pod(entry.pod, decision.node, plan, now))
-        results = store.update_many(objects) if objects else []
-        self._wrote(objects, results)
+        for (_, _, decision), obj in zip(writes, objects, strict=True):
+            if isinstance(obj, Pod):
+                # The table holds the assumed pod already: the overlay of what is being bound
+                # (or, later, what was stored) need not be accounted again.
+                self._assigned[decision.pod.uid] = obj
+        self._outbox.send(
+            store,
+            [Write.bind(o) if isinstance(o, Pod) else Write.update(o) for o in objects],
+            functools.partial(self._bound, store, writes),
+        )
+
+    def _bound(
+        self,
+        store: Cluster,
+        writes: Sequence[tuple[QueuedPod, Profile, Decision]],
+        results: Sequence[Result],
+    ) -> None:
+        """The results of :meth:`_bind`'s writes: a failed one is unreserved and backed off;
+        the pods a pre-allocating reservation took over are marked."""
         taken_over: list[Object] = []
         for (entry, profile, decision), result in zip(writes, results, strict=True):
             if isinstance(result, StoreError):
                 log.info("binding %s to %s: %s", entry.key, decision.node, result)
                 abandon(profile, self._table, decision)
+                self._assigned.pop(decision.pod.uid, None)
                 self._queue.backoff(entry.key)
-            else:
-                self._queue.done(entry.key)
-                self._pending.pop(entry.key, None)
-                self._reserve_pending.pop(entry.key, None)
-                if isinstance(result[0], Reservation) and self._reservation is not None:
-                    taken_over.extend(
-                        _allocated_to(pod, result[0])
-                        for pod in self._reservation.pre_allocated(decision.state)
-                    )
-                # The table already holds the assumed pod: the next pass need not redo it.
-                stored = result[0]
-                if isinstance(stored, Pod):
-                    self._assigned[decision.pod.uid] = stored
-        marked = store.update_many(taken_over) if taken_over else []
-        self._wrote(taken_over, marked)
-        for failed in marked:
-            if isinstance(failed, StoreError):
-                log.info("marking a pre-allocated pod: %s", failed)
-
-    def _wrote(
-        self, objects: Sequence[Object], results: Sequence[tuple[Object, Outcome] | StoreError]
-    ) -> None:
-        """Assume what was written until a snapshot shows it (the Cluster contract)."""
-        for before, result in zip(objects, results, strict=True):
-            if not isinstance(result, StoreError):
-                assumed = self._assumed.get(type(result[0]))
-                if assumed is not None:
-                    assumed.took(before, *result)
+                continue
+            self._queue.done(entry.key)
+            self._pending.pop(entry.key, None)
+            self._reserve_pending.pop(entry.key, None)
+            stored = result[0]
+            if isinstance(stored, Reservation) and self._reservation is not None:
+                taken_over.extend(
+                    _allocated_to(pod, stored)
+                    for pod in self._reservation.pre_allocated(decision.state)
+                )
+            elif isinstance(stored, Pod) and self._assigned.get(decision.pod.uid) is not None:
+                self._assigned[decision.pod.uid] = stored
+        self._outbox.send(store, [Write.update(o) for o in taken_over], _log_marked)
 
     # -- reservations ----------------------------------------------------------------------
 
@@ -707,11 +722,7 @@ class SchedulerLoop:
     def _explain(self, store: Cluster, explained: list[tuple[Object, str, Object | None]]) -> None:
         """Write the changed conditions in one transaction, then one Event per attempt."""
         updates: list[Object] = [updated for _, _, updated in explained if updated is not None]
-        results = store.update_many(updates) if updates else []
-        self._wrote(updates, results)
-        for result in results:
-            if isinstance(result, StoreError):
-                log.info("recording why a pod is unschedulable: %s", result)
+        self._outbox.send(store, [Write.update(o) for o in updates], _log_unexplained)
         if self._recorder is not None:
             for pod, message, _ in explained:
                 self._recorder.record(pod, type=WARNING, reason=FAILED_SCHEDULING, message=message)
@@ -778,16 +789,17 @@ class SchedulerLoop:
     def _preempt(self, store: Cluster, preempted: list[tuple[Pod, str, tuple[Pod, ...]]]) -> None:
         """Delete the victims of each preemption, with a ``Preempted`` Event on each."""
         kind = store.registry.for_type(Pod)
-        for preemptor, node, victims in preempted:
-            for victim in victims:
-                try:
-                    last, outcome = store.delete(
-                        kind, victim.metadata.name, victim.metadata.namespace
-                    )
-                except StoreError as err:
-                    log.info("preempting %s/%s: %s", victim.namespace, victim.name, err)
-                    continue
-                self._assumed[Pod].took(victim, last, outcome)
-                if self._recorder is not None:
-                    message = f"Preempted by pod {preemptor.metadata.uid} on node {node}"
-                    self._recorder.record(victim, type=NORMAL, reason=PREEMPTED, message=message)
+        doomed = [(preemptor, node, v) for preemptor, node, victims in preempted for v in victims]
+        self._outbox.send(
+            store,
+            [Write.delete_of(kind, victim) for _, _, victim in doomed],
+            functools.partial(self._preempted, doomed),
+        )
+
+    def _preempted(self, doomed: Sequence[tuple[Pod, str, Pod]], results: Sequence[Result]) -> None:
+        for (preemptor, node, victim), result in zip(doomed, results, strict=True):
+            if isinstance(result, StoreError):
+                log.info("preempting %s/%s: %s", victim.namespace, victim.name, result)
+            elif self._recorder is not None:
+                message = f"Preempted by pod {preemptor.metadata.uid} on node {node}"
+                self._recorder.record(victim, type=NORMAL, reason=PREEMPTED, message=message)

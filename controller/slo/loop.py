@@ -25,15 +25,16 @@ import msgspec
 
 from apis import constants as k
 from apis.core import ConfigMap, Node
-from apis.kinds import Kind
+from apis.kinds import Kind, default_registry
 from apis.meta import ObjectMeta
 from apis.slo import NodeSLO, NodeSLOSpec
 from controller.errors import StoreError
 from controller.events import WARNING, EventRecorder
 from controller.slo.config import COLOCATION_KEY, KEYS, SLOConfigError, Strategies, parse_key
 from controller.slo.render import SLOConfig, render
-from controller.store.cluster import Cluster
+from controller.store.assumed import Outbox
 from controller.store.snapshots import Snapshot
+from controller.store.writes import Result, Write
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -80,6 +81,10 @@ class NodeSLOController:
         self._agreed: dict[str, tuple[Node, NodeSLO]] = {}
         self._recorder: EventRecorder | None = None
         self._store: object = None
+        #: the NodeSLO writes sent, laid over the snapshots until they show them
+        self._outbox = Outbox(kinds=(default_registry().for_type(NodeSLO),))
+        #: a write failed: try again after RETRY_SECONDS
+        self._retry = False
 
     @property
     def config(self) -> SLOConfig | None:
@@ -95,7 +100,8 @@ class NodeSLOController:
     # -- the loop ----------------------------------------------------------------------------
 
     def reconcile(self, ctx: LoopContext) -> float | None:
-        snapshot = ctx.store.snapshot()
+        self._retry = False  # a result arriving now may set it
+        snapshot = self._outbox.over(ctx.store.snapshot())
         self._load(ctx, snapshot)
         config = self._config
         if config is None:
@@ -106,14 +112,9 @@ class NodeSLOController:
         seen = (nodes, slos, self._version)
         if self._seen is not None and all(a is b for a, b in zip(seen, self._seen, strict=True)):
             return None
-        try:
-            self._sync(ctx, snapshot, config, nodes, slos)
-        except StoreError as err:
-            log.warning("NodeSLOs not written, trying again: %s", err)
-            self._seen = None
-            return RETRY_SECONDS
         self._seen = seen
-        return None
+        self._sync(ctx, snapshot, config, nodes, slos)
+        return RETRY_SECONDS if self._retry else None
 
     # -- the ConfigMap -----------------------------------------------------------------------
 
@@ -233,27 +234,33 @@ class NodeSLOController:
                 updates.append(msgspec.structs.replace(current, spec=spec))
             else:
                 agreed[name] = (node, current)
+        writes: list[Write] = []
         if paired < len(slos) or len(self._rendered) > len(nodes):
-            self._forget_gone(store, kind, nodes, slos)
-        failed = (
-            [r for r in store.apply_many(creates) if isinstance(r, StoreError)] if creates else []
-        )
-        if updates:
-            failed.extend(r for r in store.update_many(updates) if isinstance(r, StoreError))
+            writes.extend(self._forget_gone(kind, nodes, slos))
+        writes.extend(Write.apply(slo) for slo in creates)
+        writes.extend(Write.update(slo) for slo in updates)
         if creates or updates:
             log.info("NodeSLOs rendered: %d created, %d updated", len(creates), len(updates))
+        self._outbox.send(store, writes, self._written)
+
+    def _written(self, results: Sequence[Result]) -> None:
+        failed = [r for r in results if isinstance(r, StoreError)]
         if failed:
-            raise failed[0]
+            log.warning("NodeSLOs not written, trying again: %s", failed[0])
+            self._seen = None
+            self._retry = True
 
     def _forget_gone(
-        self, store: Cluster, kind: Kind, nodes: Sequence[object], slos: Sequence[object]
-    ) -> None:
-        """Delete the NodeSLOs of nodes that are gone; forget what was cached for them."""
+        self, kind: Kind, nodes: Sequence[object], slos: Sequence[object]
+    ) -> list[Write]:
+        """Deletes of the NodeSLOs of nodes that are gone; what was cached for them goes."""
         names = {n.metadata.name for n in nodes if isinstance(n, Node)}
         for name in [n for n in self._rendered if n not in names]:
             del self._rendered[name]
             self._agreed.pop(name, None)
+        writes: list[Write] = []
         for slo in slos:
             if isinstance(slo, NodeSLO) and slo.metadata.name not in names:
-                store.delete(kind, slo.metadata.name)
+                writes.append(Write.delete_of(kind, slo))
                 log.info("NodeSLO %s deleted: its node is gone", slo.metadata.name)
+        return writes

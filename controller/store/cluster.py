@@ -18,9 +18,13 @@ offers no more than this either):
   write failed), and never charges, admits, binds or evicts twice because a write it made is
   not yet visible: the scheduler's assumed placements, the queueing ledger's charges, the
   descheduler's evictions in flight.
+- **Writes are sent, never waited on** (:meth:`Cluster.write`): a batch goes out at once and
+  its results arrive later (:mod:`controller.store.writes`); a loop handles them when they
+  do, through its :class:`~controller.store.assumed.Outbox`, and decides nothing that
+  needs a result before it is in (a create's generated name, say, is used by a later pass).
 - **Writes are conditional on what was read.** An update carries the resourceVersion of the
-  object it changes; a stale one fails with ``Conflict``, and nothing of it is stored. A batch
-  (``update_many``, ``apply_many``) reports each write's result in its place.
+  object it changes; a stale one fails with ``Conflict``, and nothing of it is stored. Each
+  write of a batch stands alone and reports its result in its place.
 - **Versions are opaque.** :attr:`Cluster.revision` and ``metadata.resourceVersion`` are
   compared for equality only; a loop never orders or does arithmetic on them.
 - **Reads are synchronous and local**: ``get``, ``exists`` and snapshots never wait
@@ -29,29 +33,16 @@ offers no more than this either):
 
 from __future__ import annotations
 
-import builtins
-import enum
 from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from apis.kinds import Kind, Registry
 from apis.meta import Object
-from controller.errors import StoreError
 from controller.store.snapshots import Snapshot
 from controller.store.watching import Watch
+from controller.store.writes import Outcome, Pending, Result, Verb, Write
 
-__all__ = ["Cluster", "Outcome"]
-
-ObjT = TypeVar("ObjT", bound=Object)
-
-
-class Outcome(enum.StrEnum):
-    """What a write did."""
-
-    CREATED = "created"
-    CONFIGURED = "configured"
-    UNCHANGED = "unchanged"
-    DELETED = "deleted"
+__all__ = ["Cluster", "Outcome", "Pending", "Result", "Verb", "Write"]
 
 
 class Cluster(Protocol):
@@ -82,28 +73,11 @@ class Cluster(Protocol):
 
     def exists(self, kind: Kind, name: str, namespace: str = "") -> bool: ...
 
-    def create(self, obj: ObjT) -> ObjT: ...
-
-    def update(self, obj: ObjT) -> ObjT:
-        """Replace an object; its non-empty resourceVersion must be the stored one."""
-        ...
-
-    def apply(self, obj: ObjT) -> tuple[ObjT, Outcome]: ...
-
-    def delete(
-        self, kind: Kind, name: str, namespace: str = "", *, resource_version: str = ""
-    ) -> tuple[Object, Outcome]: ...
-
-    def update_many(
-        self, objs: Sequence[Object]
-    ) -> builtins.list[tuple[Object, Outcome] | StoreError]:
-        """Update each object; each result in its place."""
-        ...
-
-    def apply_many(
-        self, objs: Sequence[Object]
-    ) -> builtins.list[tuple[Object, Outcome] | StoreError]:
-        """Apply each object; each result in its place."""
+    def write(self, writes: Sequence[Write]) -> Pending:
+        """Send ``writes`` (one batch; see :mod:`controller.store.writes`) and return at once;
+        the results, each in its write's place, arrive in the :class:`Pending` (already
+        there from a local backend). A result arriving counts as a change for
+        :meth:`changed_after`."""
         ...
 
     def watch(self, kind: Kind | None = None) -> Watch:

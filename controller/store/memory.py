@@ -57,7 +57,8 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar, cast
 
 import msgspec
 
-from apis import validation
+from apis import codec, validation
+from apis.errors import DecodeError
 from apis.kinds import Kind, Registry, default_registry
 from apis.labels import Selector
 from apis.meta import Object, ObjectMeta
@@ -70,10 +71,10 @@ from controller.errors import (
     NotFound,
     StoreError,
 )
-from controller.store.cluster import Outcome
 from controller.store.encoding import encode
 from controller.store.snapshots import KindView, LazyView, Snapshot
 from controller.store.watching import Change, EventType, Watch, WatchEvent, WatchHub
+from controller.store.writes import Outcome, Pending, Result, Verb, Write
 
 __all__ = ["EventType", "MemoryStore", "Outcome", "Page", "Snapshot", "Watch", "WatchEvent"]
 
@@ -93,8 +94,10 @@ _GENERATE_ATTEMPTS = 16
 #: Changes to a kind after which its next view no longer offers what was worked out from the
 #: one before to be updated (:meth:`Snapshot.derived`): working it out anew is as cheap then.
 MAX_CHANGED_SINCE = 10_000
-#: Recently stored objects whose JSON :meth:`MemoryStore.encode` keeps (encoded once, served often).
-ENCODED_CACHE_SIZE = 8_192
+#: Recently stored objects whose JSON the store keeps (:meth:`MemoryStore.stored_bytes`):
+#: encoded once when committed (for the size limit and the state file), read again by
+#: whoever serves them.
+STORED_BYTES_KEPT = 8_192
 #: The most bytes of JSON an object may be stored as (etcd's request limit, which the API
 #: server answers a larger object with: "request is too large").
 MAX_OBJECT_BYTES = 1_572_864
@@ -109,6 +112,20 @@ def _RESOURCE_VERSION_ON_CREATE(value: str) -> validation.FieldError:  # noqa: N
         value,
         "must be empty: it should not be set on objects to be created",
     )
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """``target`` with the JSON merge patch ``patch`` applied (RFC 7386: an object merges
+    key by key, ``null`` removes a key, anything else replaces)."""
+    if not isinstance(patch, Mapping):
+        return patch
+    merged = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 def _encoded_within_limit(kind: Kind, obj: Object) -> bytes:
@@ -318,7 +335,7 @@ class MemoryStore:
         self._uid_pool = ""
         self._uid_pos = 0
         #: id(object) -> (object, its JSON); holding the object keeps its id from being reused
-        self._encoded: OrderedDict[int, tuple[Object, bytes]] = OrderedDict()
+        self._stored: OrderedDict[int, tuple[Object, bytes]] = OrderedDict()
 
     # -- properties --------------------------------------------------------------------------
 
@@ -568,7 +585,7 @@ class MemoryStore:
                 break
             if selector is not None and not selector.matches(obj.metadata.labels):
                 continue
-            body = len(self.encode(obj)) if max_bytes else 0
+            body = len(self._bytes_of(obj)) if max_bytes else 0
             if page and ((limit and len(page) >= limit) or (max_bytes and size + body > max_bytes)):
                 more = True
                 break
@@ -581,22 +598,20 @@ class MemoryStore:
             continue_=_Continue.token(version, last.namespace, last.name) if last else "",
         )
 
-    def encode(self, obj: Object) -> bytes:
-        """``obj`` as JSON, the bytes it is stored as (:func:`controller.store.persistence.encode`).
+    def stored_bytes(self, obj: Object) -> bytes | None:
+        """The JSON ``obj`` was stored as (:func:`controller.store.encoding.encode`), while
+        the store still keeps it (the last :data:`STORED_BYTES_KEPT` objects it committed or
+        loaded); None for another object or one committed longer ago."""
+        found = self._stored.get(id(obj))
+        return found[1] if found is not None and found[0] is obj else None
 
-        Objects the store returned or published recently were encoded once when committed, so
-        answering a write, a list or many watchers does not encode the same object again.
-        """
-        found = self._encoded.get(id(obj))
-        if found is not None and found[0] is obj:
-            return found[1]
-        data = encode(obj)
-        self._remember(obj, data)
-        return data
+    def _bytes_of(self, obj: Object) -> bytes:
+        data = self.stored_bytes(obj)
+        return data if data is not None else encode(obj)
 
     def _remember(self, obj: Object, data: bytes) -> None:
-        cache = self._encoded
-        if len(cache) >= ENCODED_CACHE_SIZE:
+        cache = self._stored
+        if len(cache) >= STORED_BYTES_KEPT:
             cache.popitem(last=False)
         cache[id(obj)] = (obj, data)
 
@@ -645,6 +660,12 @@ class MemoryStore:
         in one transaction; a failing one is reported in its place. What a control loop
         uses to write back objects it read and changed."""
         return self._write(self._update_many, objs)
+
+    def write(self, writes: Sequence[Write]) -> Pending:
+        """The :class:`~controller.store.cluster.Cluster` write: ``writes`` in one
+        transaction, each rolled back alone when it fails; the results are in the returned
+        :class:`Pending` already."""
+        return Pending.completed(self._write(self._write_batch, writes))
 
     def _write(
         self,
@@ -790,6 +811,9 @@ class MemoryStore:
         return new, Outcome.CONFIGURED
 
     def _update(self, txn: _Transaction, obj: ObjT) -> ObjT:
+        return self._update_outcome(txn, obj)[0]
+
+    def _update_outcome(self, txn: _Transaction, obj: ObjT) -> tuple[ObjT, Outcome]:
         shape = self._kind_of(obj)
         meta = obj.metadata
         ns, found = self._existing(shape, meta, verb="update")
@@ -797,7 +821,7 @@ class MemoryStore:
             raise NotFound.of(shape.kind, meta.name, ns)
         stored = cast("ObjT", found)  # the store keeps each kind under its own type
         self._preconditions(shape.kind, stored, meta)
-        return self._replace(txn, shape, stored, mutations.updated(shape, stored, obj))[0]
+        return self._replace(txn, shape, stored, mutations.updated(shape, stored, obj))
 
     def _apply(self, txn: _Transaction, obj: ObjT) -> tuple[ObjT, Outcome]:
         shape = self._kind_of(obj)
@@ -865,6 +889,108 @@ class MemoryStore:
                 txn.rollback(mark)
                 results.append(err)
         return results
+
+    def _write_batch(self, txn: _Transaction, writes: Sequence[Write]) -> builtins.list[Result]:
+        results: builtins.list[Result] = []
+        for write in writes:
+            mark = txn.mark()
+            try:
+                results.append(self._write_one(txn, write))
+            except StoreError as err:
+                txn.rollback(mark)
+                results.append(err)
+        return results
+
+    def _write_one(self, txn: _Transaction, write: Write) -> tuple[Object, Outcome]:
+        verb, obj = write.verb, write.obj
+        if verb is Verb.DELETE or verb is Verb.EVICT or verb is Verb.PATCH:
+            kind = write.kind
+            if kind is None:
+                raise Invalid(f"a {verb} names the kind of its object")
+            if verb is Verb.PATCH:
+                return self._patch(txn, kind, write)
+            if obj is not None and obj.metadata.uid:
+                have = self._lookup(
+                    self._shape(kind).key,
+                    self._namespace(self._shape(kind), write.namespace),
+                    write.name,
+                )
+                if have is not None and have.metadata.uid != obj.metadata.uid:
+                    raise Conflict.of(
+                        kind,
+                        write.name,
+                        have.metadata.namespace,
+                        detail=f"Precondition failed: UID in precondition: {obj.metadata.uid},"
+                        f" UID in object meta: {have.metadata.uid}",
+                    )
+            return self._delete(txn, kind, write.name, write.namespace, write.resource_version)
+        if obj is None:
+            raise Invalid(f"a {verb} carries its object")
+        if verb is Verb.CREATE:
+            return self._create(txn, obj), Outcome.CREATED
+        if verb is Verb.APPLY:
+            return self._apply(txn, obj)
+        if verb is Verb.UPDATE_STATUS:
+            return self._update_status(txn, obj)
+        if verb is Verb.BIND:
+            self._check_binding(obj)
+        return self._update_outcome(txn, obj)
+
+    def _check_binding(self, pod: Object) -> None:
+        """A binding names a node, and a pod is bound once (Kubernetes answers Conflict)."""
+        shape = self._kind_of(pod)
+        node = getattr(getattr(pod, "spec", None), "node_name", None)
+        meta = pod.metadata
+        if not isinstance(node, str) or not node:
+            raise Invalid.of(
+                shape.kind,
+                meta.name,
+                [validation.required("target.name", "a binding names a node")],
+                meta.namespace,
+            )
+        stored = self._lookup(shape.key, self._namespace(shape, meta.namespace), meta.name)
+        bound = getattr(getattr(stored, "spec", None), "node_name", "")
+        if bound and bound != node:
+            raise Conflict.of(
+                shape.kind,
+                meta.name,
+                meta.namespace,
+                detail=f"pod {meta.name} is already assigned to node {bound!r}",
+            )
+
+    def _update_status(self, txn: _Transaction, obj: ObjT) -> tuple[ObjT, Outcome]:
+        shape = self._kind_of(obj)
+        meta = obj.metadata
+        ns, found = self._existing(shape, meta, verb="update")
+        if found is None:
+            raise NotFound.of(shape.kind, meta.name, ns)
+        if not shape.has_status:
+            raise Invalid(f"{shape.kind.kind} has no status subresource")
+        stored = cast("ObjT", found)
+        self._preconditions(shape.kind, stored, meta)
+        status = getattr(obj, "status")  # noqa: B009 - a kind with a status
+        return self._replace(txn, shape, stored, msgspec.structs.replace(stored, status=status))
+
+    def _patch(self, txn: _Transaction, kind: Kind, write: Write) -> tuple[Object, Outcome]:
+        shape = self._shape(kind)
+        ns = self._namespace(shape, write.namespace)
+        stored = self._lookup(shape.key, ns, write.name)
+        if stored is None:
+            raise NotFound.of(kind, write.name, ns)
+        if write.resource_version and write.resource_version != stored.metadata.resource_version:
+            raise Conflict.of(kind, write.name, ns)
+        merged = merge_patch(msgspec.json.decode(encode(stored)), write.patch or {})
+        try:
+            candidate = codec.decode_as(merged, kind.type)
+        except DecodeError as err:
+            raise Invalid(f"{kind.kind} {write.name!r}: the patch does not decode: {err}") from None
+        meta = candidate.metadata
+        if (meta.name, meta.namespace) != (stored.metadata.name, stored.metadata.namespace):
+            raise Invalid(f"{kind.kind} {write.name!r}: a patch may not rename its object")
+        candidate = msgspec.structs.replace(
+            candidate, metadata=msgspec.structs.replace(meta, resource_version="")
+        )
+        return self._replace(txn, shape, stored, mutations.updated(shape, stored, candidate))
 
     # -- commit ------------------------------------------------------------------------------
 

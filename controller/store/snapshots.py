@@ -18,8 +18,9 @@ Identity. An object that did not change is the same Python object in every later
 :class:`Items` in every snapshot: every backend keeps this, a remote one by keeping the object
 it decoded until the object changes. Caches keyed by identity rely on it and on nothing else:
 the named identity caches of :mod:`apis.caches` (``queueing.template-requests``,
-``scheduler.mask-rows``), the store's encodings (:meth:`MemoryStore.encode
-<controller.store.memory.MemoryStore.encode>`, per store) and the loops' state per view (the
+``scheduler.mask-rows``), the bytes objects were stored as (:meth:`MemoryStore.stored_bytes
+<controller.store.memory.MemoryStore.stored_bytes>`, per store), the API server's wire
+encodings (:class:`controller.api.wire.WireEncoder`) and the loops' state per view (the
 scheduler's node signatures and its last pods, the descheduler's and the migration
 controller's pod indexes), which they compare with ``is`` before working anything out again.
 :func:`apis.caches.clear_all` empties the named ones.

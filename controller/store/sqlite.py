@@ -159,7 +159,7 @@ class Store(MemoryStore):
                             deferred.append(key)  # only its agent's report changed
                             continue
                         done[key] = bare
-                data = self.encode(obj)  # encoded when staged
+                data = self._bytes_of(obj)  # encoded when staged
                 upserts.append((key[0], key[1], key[2], data))
             now = time.monotonic()
             if self._behind:

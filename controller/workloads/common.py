@@ -18,23 +18,27 @@ went through. Repeats bump the count of the Event recorded before.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, ClassVar, Final
 
 import msgspec
 
 from apis.codec import to_builtins
 from apis.core import Pod, PodStatus, PodTemplateSpec
+from apis.kinds import default_registry
 from apis.meta import LabelSelector, Object, ObjectMeta, OwnerReference
 from controller.errors import NotFound, StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
+from controller.store.assumed import Outbox
 from controller.store.cluster import Cluster
 from controller.store.snapshots import Change, Snapshot
+from controller.store.writes import Result, Write
 
 if TYPE_CHECKING:  # controller.loops registers these loops: importing it here would be circular
     from controller.loops import LoopContext
@@ -342,6 +346,15 @@ class WorkloadLoop:
         self._views: tuple[Sequence[Object], ...] | None = None
         self._wake: datetime | None = None
         self._recorder: EventRecorder | None = None
+        #: the writes sent, laid over the snapshots until they show them
+        self._outbox = Outbox(kinds=[default_registry().for_type(t) for t in self._written_types()])
+        #: uids of the owners whose writes' results are not in yet: not planned meanwhile
+        self._in_flight: set[str] = set()
+        self._clock_now: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    @classmethod
+    def _written_types(cls) -> tuple[type[Object], ...]:
+        return tuple(dict.fromkeys((cls.owner_type, *cls.inputs, Pod)))
 
     def pod_event(self, owner: Object, pod: Object, verb: str, error: str = "") -> Note | None:
         """The Event about ``owner`` after it created (``verb`` "create") or deleted
@@ -365,8 +378,11 @@ class WorkloadLoop:
             self._views = None
             self._wake = None
             self._recorder = EventRecorder(store, component=self.component, clock=ctx.now)
+            self._outbox.clear()
+            self._in_flight.clear()
+        self._clock_now = ctx.now
         now = ctx.now()
-        snapshot = store.snapshot()
+        snapshot = self._outbox.over(store.snapshot())
         registry = store.registry
         views = tuple(
             snapshot.objects(registry.for_type(t)) for t in (self.owner_type, *self.inputs)
@@ -384,14 +400,14 @@ class WorkloadLoop:
         for owner in views[0]:
             if owner.metadata.deletion_timestamp is not None:
                 continue
+            if owner.metadata.uid in self._in_flight:
+                self._views = None  # look again once the results are in
+                continue
             plan = self.plan(owner, snapshot, store, now)
             plans.append((owner, plan))
             if plan.wake_at is not None and (self._wake is None or plan.wake_at < self._wake):
                 self._wake = plan.wake_at
-        if not self._write(store, plans):
-            self._views = None
-            retry = now + timedelta(seconds=RETRY_SECONDS)
-            self._wake = retry if self._wake is None else min(self._wake, retry)
+        self._write(store, plans)
         return self._wait(now)
 
     def _wait(self, now: datetime) -> float | None:
@@ -399,75 +415,90 @@ class WorkloadLoop:
             return None
         return max(0.0, (self._wake - now).total_seconds())
 
-    def _write(self, store: Cluster, plans: Sequence[tuple[Object | None, Plan]]) -> bool:
-        """Every plan's writes and Events (a plan without an owner records none); False when
-        a write failed (the owners are looked at again)."""
+    def _write(self, store: Cluster, plans: Sequence[tuple[Object | None, Plan]]) -> None:
+        """Every plan's writes, in one batch, and then its Events (a plan without an owner
+        records none); when a write failed, the owners are looked at again after
+        :data:`RETRY_SECONDS`. An owner whose writes are in flight is not planned again
+        until their results are in (what the pods it created are then is laid over the
+        snapshots until they show them)."""
+        tags: list[tuple[int, str, Object]] = []
+        writes: list[Write] = []
+        for number, (_, plan) in enumerate(plans):
+            for obj in plan.create:
+                tags.append((number, "create", obj))
+                writes.append(Write.create(obj))
+        for number, (_, plan) in enumerate(plans):
+            for obj in plan.update:
+                tags.append((number, "update", obj))
+                writes.append(Write.update(obj))
+        for number, (_, plan) in enumerate(plans):
+            for obj in plan.delete:
+                tags.append((number, "delete", obj))
+                writes.append(
+                    Write.delete_of(store.registry.for_object(obj), obj, precondition=True)
+                )
+        busy = {
+            owner.metadata.uid
+            for owner in (plans[number][0] for number, _, _ in tags)
+            if owner is not None and owner.metadata.uid
+        }
+        self._in_flight |= busy
+        then = functools.partial(self._written, plans, tags, busy)
+        if writes:
+            self._outbox.send(store, writes, then)
+        else:
+            then([])
+
+    def _written(
+        self,
+        plans: Sequence[tuple[Object | None, Plan]],
+        tags: Sequence[tuple[int, str, Object]],
+        busy: set[str],
+        results: Sequence[Result],
+    ) -> None:
+        self._in_flight -= busy
         failed: set[int] = set()
         notes: list[Note] = []
-
-        def note(number: int, owner: Object | None, obj: Object, verb: str, error: str) -> None:
-            if error:
+        for (number, verb, obj), result in zip(tags, results, strict=True):
+            owner = plans[number][0]
+            error = result if isinstance(result, StoreError) else None
+            if verb == "delete" and isinstance(error, NotFound):
+                continue  # one already gone gets no Event
+            if error is not None:
+                log.warning("%s: %s %s failed: %s", self.name, verb, _describe(obj), error)
                 failed.add(number)
-            found = self.pod_event(owner, obj, verb, error) if owner is not None else None
+            if verb == "update" or owner is None:
+                continue
+            about = obj if isinstance(result, StoreError) else result[0]
+            found = self.pod_event(owner, about, verb, "" if error is None else str(error))
             if found is not None:
                 notes.append(found)
-
-        for number, (owner, plan) in enumerate(plans):
-            for obj in plan.create:
-                try:
-                    stored = store.create(obj)
-                except StoreError as err:
-                    log.warning("%s: create %s failed: %s", self.name, _describe(obj), err)
-                    note(number, owner, obj, "create", str(err))
-                else:
-                    note(number, owner, stored, "create", "")
-        updates = [(number, obj) for number, (_, plan) in enumerate(plans) for obj in plan.update]
-        if updates:
-            results = store.update_many([obj for _, obj in updates])
-            for (number, obj), result in zip(updates, results, strict=True):
-                if isinstance(result, StoreError):
-                    log.warning("%s: update %s failed: %s", self.name, _describe(obj), result)
-                    failed.add(number)
-        for number, (owner, plan) in enumerate(plans):
-            for obj in plan.delete:
-                error = delete_error(store, obj, self.name)
-                if not isinstance(error, NotFound):  # one already gone gets no Event
-                    note(number, owner, obj, "delete", "" if error is None else str(error))
+        for number, (_, plan) in enumerate(plans):
             if number not in failed:
                 notes.extend(plan.events)
         self._record(notes)
-        return not failed
+        if failed:
+            self._views = None
+            retry = self._clock_now() + timedelta(seconds=RETRY_SECONDS)
+            self._wake = retry if self._wake is None else min(self._wake, retry)
 
     def _record(self, notes: Sequence[Note]) -> None:
         if not notes or self._recorder is None:
             return
-        try:
-            self._recorder.record_many((n.about, n.type, n.reason, n.message) for n in notes)
-        except StoreError as err:  # an Event lost is no reason to stop the controller
-            log.warning("%s: recording %d events failed: %s", self.name, len(notes), err)
+        self._recorder.record_many((n.about, n.type, n.reason, n.message) for n in notes)
 
 
-def delete(store: Cluster, obj: Object, loop: str) -> bool:
-    """Delete ``obj`` (already gone is fine); False when the store refused."""
-    error = delete_error(store, obj, loop)
-    return error is None or isinstance(error, NotFound)
+def delete_writes(store: Cluster, objs: Iterable[Object]) -> list[Write]:
+    """Deletes of ``objs`` as read (each conditional on its resourceVersion)."""
+    return [Write.delete_of(store.registry.for_object(o), o, precondition=True) for o in objs]
 
 
-def delete_error(store: Cluster, obj: Object, loop: str) -> StoreError | None:
-    """Delete ``obj``; the store's error (:class:`NotFound`: it was gone already), if any."""
-    try:
-        store.delete(
-            store.registry.for_object(obj),
-            obj.metadata.name,
-            obj.metadata.namespace,
-            resource_version=obj.metadata.resource_version,
-        )
-    except NotFound as err:
-        return err
-    except StoreError as err:
-        log.warning("%s: delete %s failed: %s", loop, _describe(obj), err)
-        return err
-    return None
+def delete_failed(result: Result, obj: Object, loop: str) -> bool:
+    """Whether a delete's ``result`` is a failure (gone already is not one); logs it."""
+    if not isinstance(result, StoreError) or isinstance(result, NotFound):
+        return False
+    log.warning("%s: delete %s failed: %s", loop, _describe(obj), result)
+    return True
 
 
 def _describe(obj: Object) -> str:

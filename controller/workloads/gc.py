@@ -9,15 +9,19 @@ controllers of those owners (the job controller deletes its own pods).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from apis.apps import DaemonSet, Deployment, ReplicaSet, StatefulSet
 from apis.core import Pod
+from apis.kinds import default_registry
 from apis.meta import Object
+from controller.store.assumed import Outbox
 from controller.store.cluster import Cluster
 from controller.store.snapshots import Change
-from controller.workloads.common import delete, group_pods, regroup_pods
+from controller.store.writes import Result
+from controller.workloads.common import delete_failed, delete_writes, group_pods, regroup_pods
 
 if TYPE_CHECKING:  # controller.loops registers this loop: importing it here would be circular
     from controller.loops import LoopContext
@@ -28,6 +32,7 @@ _OWNER_TYPES: tuple[type[Object], ...] = (Deployment, ReplicaSet, StatefulSet, D
 _OWNER_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"})
 #: What may be an orphan: ReplicaSets (read whole) and Pods (read by the owners they name).
 _DEPENDENT_TYPES: tuple[type[Object], ...] = (ReplicaSet, Pod)
+_KINDS = default_registry()
 
 
 def _owner_groups(pod: Pod) -> tuple[str, ...]:
@@ -71,13 +76,19 @@ class GarbageCollector:
     def __init__(self) -> None:
         self._store: Cluster | None = None
         self._views: tuple[Sequence[Object], ...] | None = None
+        #: the deletes sent, laid over the snapshots until they show them
+        self._outbox = Outbox(kinds=[_KINDS.for_type(t) for t in _DEPENDENT_TYPES])
+        #: a delete failed: look again in a second
+        self._retry = False
 
     def reconcile(self, ctx: LoopContext) -> float | None:
         store = ctx.store
         if store is not self._store:
             self._store = store
             self._views = None
-        snapshot = store.snapshot()
+            self._outbox.clear()
+        self._retry = False
+        snapshot = self._outbox.over(store.snapshot())
         registry = store.registry
         views = tuple(
             snapshot.objects(registry.for_type(t)) for t in (*_OWNER_TYPES, *_DEPENDENT_TYPES)
@@ -96,8 +107,14 @@ class GarbageCollector:
         }
         dependents = [*views[-2], *(pods[key] for key in sorted(pods))]
         doomed = orphans(dependents, owners)
-        results = [delete(store, obj, self.name) for obj in doomed]  # every one, not the first
-        if not all(results):
+        # every one, not the first; a failed one is looked at again in a second
+        self._outbox.send(
+            store, delete_writes(store, doomed), functools.partial(self._done, doomed)
+        )
+        return 1.0 if self._retry else None
+
+    def _done(self, doomed: Sequence[Object], results: Sequence[Result]) -> None:
+        failed = [delete_failed(r, o, self.name) for o, r in zip(doomed, results, strict=True)]
+        if any(failed):
             self._views = None
-            return 1.0
-        return None
+            self._retry = True

@@ -687,7 +687,7 @@ class BatchJobController(WorkloadLoop):
             self._backoff = {}
         wait = super().reconcile(ctx)
         store = ctx.store
-        snapshot = store.snapshot()
+        snapshot = self._outbox.over(store.snapshot())
         jobs = snapshot.objects(store.registry.for_type(Job))
         pods = snapshot.objects(store.registry.for_type(Pod))
         seen = self._strays_seen
@@ -709,11 +709,10 @@ class BatchJobController(WorkloadLoop):
                     plan.delete.append(_unconditional(pod))
             elif pod.metadata.deletion_timestamp is None:
                 plan.delete.append(pod)
-        ok = self._write(store, [(None, plan)])  # the garbage collector's part: no Events
+        self._write(store, [(None, plan)])  # the garbage collector's part: no Events
         # A deleted Job is remembered until its pods are gone.
         owners = {r.uid for p in strays for r in p.metadata.owner_references if r.controller}
         self._job_uids = uids | frozenset(owners)
-        self._strays_seen = (jobs, pods) if ok and not strays else None
-        if not ok:
-            return 1.0 if wait is None else min(wait, 1.0)
-        return wait
+        self._strays_seen = (jobs, pods) if not strays else None
+        again = self._wait(ctx.now())  # sooner when a write failed
+        return again if wait is None else wait if again is None else min(wait, again)

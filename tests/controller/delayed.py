@@ -9,6 +9,11 @@ created). Everything else sees the committed state at once: the test's own write
 (``get``, ``list``, a snapshot taken outside a loop), and a write of the test supersedes
 what a loop wrote before it.
 
+The results of a loop's writes arrive late too, as from a remote API server: the
+:class:`~controller.store.writes.Pending` a loop's ``write`` returns is resolved only by the
+``results_after``-th loop pass that starts after it (the writes themselves are committed
+at once), so every loop's handling of results that arrive in a later pass runs here.
+
 The scheduler, queueing, reservation and descheduler suites run over it (their ``store``
 fixture is parametrized ``memory`` / ``delayed``), and so do the invariant properties of
 :mod:`tests.controller.test_delayed_visibility`: a loop that double-binds, over-commits,
@@ -17,10 +22,11 @@ double-charges or migrates a pod twice because it cannot see its own write fails
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -30,8 +36,9 @@ from controller.errors import NotFound
 from controller.loops import LOOPS, LoopContext
 from controller.store.snapshots import Snapshot
 from controller.store.sqlite import Store
+from controller.store.writes import Pending, Result, Write
 
-__all__ = ["BACKENDS", "DelayedStore", "delayed_store", "mark_loops", "open_store"]
+__all__ = ["BACKENDS", "DelayedStore", "as_loop", "delayed_store", "mark_loops", "open_store"]
 
 #: Whether a control loop's reconcile is running (set by :func:`loops_marked`).
 _IN_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar("in_loop", default=False)
@@ -45,9 +52,15 @@ Key = tuple[str, str, str]
 class DelayedStore(Store):
     """The memory store, with the loops' own writes shown to them ``reads`` snapshots late."""
 
-    def __init__(self, *, reads: int = 2, **kwargs: Any) -> None:
+    def __init__(self, *, reads: int = 2, results_after: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._reads = reads
+        self._results_after = results_after
+        #: the loops' batches whose results are still held: (pending, results, passes left)
+        self._held: list[tuple[Pending, list[Result], int]] = []
+        #: results handed over late so far, for the test that checks this backend bites
+        self.late = 0
+        self._handed = 0
         #: store key -> (the object as the loops still see it, snapshots left to hide it in)
         self._hidden: dict[Key, tuple[Object | None, int]] = {}
         #: writes hidden from the loops so far, for the test that checks this backend bites
@@ -71,6 +84,56 @@ class DelayedStore(Store):
             hidden[key] = (before, self._reads)
             self.delayed += 1
 
+    @property
+    def revision(self) -> str:
+        # results handed over count as a change, as the seam promises
+        return f"{super().revision}.{self._handed}"
+
+    async def changed_after(self, revision: str) -> str:
+        while self.revision == revision:
+            self._check_open()
+            event = self._changed
+            if event is None:
+                event = self._changed = asyncio.Event()
+            await event.wait()
+        return self.revision
+
+    def write(self, writes: Sequence[Write]) -> Pending:
+        done = super().write(writes)
+        if not _IN_LOOP.get() or self._results_after <= 0:
+            return done
+        pending = Pending()
+        self._held.append((pending, done.results(), self._results_after))
+        self.late += 1
+        return pending
+
+    @property
+    def holding(self) -> bool:
+        """Whether results of the loops' writes are held still."""
+        return bool(self._held)
+
+    def loop_pass(self) -> None:
+        """A loop's pass begins: hand over the results that are due by now."""
+        if self._held:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        held, self._held = self._held, []
+        due: list[tuple[Pending, list[Result]]] = []
+        for pending, results, left in held:
+            if left <= 1:
+                due.append((pending, results))
+            else:
+                self._held.append((pending, results, left - 1))
+        for pending, results in due:
+            pending.resolve(results)
+        if due:
+            self._handed += 1
+            event = self._changed
+            if event is not None:
+                self._changed = None
+                event.set()
+
     def snapshot(self) -> Snapshot:
         real = super().snapshot()
         if not _IN_LOOP.get() or not self._hidden:
@@ -90,6 +153,8 @@ class DelayedStore(Store):
 def _marked(reconcile: Callable[[Any, LoopContext], float | None]) -> Callable[..., Any]:
     @functools.wraps(reconcile)
     def run(self: Any, ctx: LoopContext) -> float | None:
+        if isinstance(ctx.store, DelayedStore) and not _IN_LOOP.get():
+            ctx.store.loop_pass()
         token = _IN_LOOP.set(True)
         try:
             return reconcile(self, ctx)
@@ -97,6 +162,16 @@ def _marked(reconcile: Callable[[Any, LoopContext], float | None]) -> Callable[.
             _IN_LOOP.reset(token)
 
     return run
+
+
+@contextlib.contextmanager
+def as_loop() -> Iterator[None]:
+    """What runs inside counts as a control loop's (its writes hidden and answered late)."""
+    token = _IN_LOOP.set(True)
+    try:
+        yield
+    finally:
+        _IN_LOOP.reset(token)
 
 
 def mark_loops(monkeypatch: pytest.MonkeyPatch) -> None:

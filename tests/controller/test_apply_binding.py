@@ -7,6 +7,7 @@ import msgspec
 from apis.core import Container, Pod, PodSpec
 from apis.kinds import default_registry
 from apis.meta import ObjectMeta
+from controller.api.apply import apply as kubectl_apply
 from controller.store.cluster import Outcome
 from controller.store.sqlite import Store
 
@@ -22,7 +23,7 @@ def manifest(**annotations: str) -> Pod:
 
 
 def bound(store: Store) -> Pod:
-    stored = store.apply(manifest(team="a"))[0]
+    stored = kubectl_apply(store, manifest(team="a"))[0]
     allocation = '{"gpu":[{"minor":0}]}'
     return store.update(
         replace(
@@ -38,7 +39,7 @@ def bound(store: Store) -> Pod:
 def test_the_same_manifest_again_is_unchanged_and_keeps_the_binding() -> None:
     store = Store(registry=default_registry())
     placed = bound(store)
-    again, outcome = store.apply(manifest(team="a"))
+    again, outcome = kubectl_apply(store, manifest(team="a"))
     assert outcome is Outcome.UNCHANGED
     assert again.spec.node_name == "gpu-1"
     assert again.metadata.annotations[DEVICES] == placed.metadata.annotations[DEVICES]
@@ -47,12 +48,12 @@ def test_the_same_manifest_again_is_unchanged_and_keeps_the_binding() -> None:
 def test_the_users_own_annotations_follow_the_manifest() -> None:
     store = Store(registry=default_registry())
     bound(store)
-    again, outcome = store.apply(manifest(owner="b"))
+    again, outcome = kubectl_apply(store, manifest(owner="b"))
     assert outcome is Outcome.CONFIGURED
     assert "team" not in again.metadata.annotations, "a key the user dropped is dropped"
     assert again.metadata.annotations["owner"] == "b"
     assert DEVICES in again.metadata.annotations
     assert again.spec.node_name == "gpu-1"
     # A manifest that names a server-set annotation itself wins.
-    named, _ = store.apply(manifest(**{DEVICES: "{}"}))
+    named, _ = kubectl_apply(store, manifest(**{DEVICES: "{}"}))
     assert named.metadata.annotations[DEVICES] == "{}"

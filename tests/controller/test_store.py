@@ -863,14 +863,21 @@ def test_clock_without_timezone_is_taken_as_utc() -> None:
     )
 
 
-def test_encode_gives_the_codec_json(store: MemoryStore) -> None:
+def test_stored_bytes_are_the_codec_json_and_the_wire_reuses_them(store: MemoryStore) -> None:
     from apis.codec import encode_json
+    from controller.api.wire import WireEncoder
 
     created = store.create(widget("web", labels={"app": "web"}, color="red"))
-    assert store.encode(created) == encode_json(created)
-    assert store.encode(created) == store.encode(created)
+    stored = store.stored_bytes(created)
+    assert stored == encode_json(created)
+    wire = WireEncoder(store)
+    assert wire.encode(created) is stored  # the write's answer costs no second encode
     unstored = widget("other")
-    assert store.encode(unstored) == encode_json(unstored)
+    assert store.stored_bytes(unstored) is None
+    assert wire.encode(unstored) == encode_json(unstored)
+    assert wire.encode(unstored) is wire.encode(unstored)  # encoded once
+    wire.clear()
+    assert len(wire) == 0
 
 
 async def test_list_inside_an_op_sees_the_transaction(store: MemoryStore) -> None:

@@ -25,6 +25,7 @@ from controller.api import objects_pb2_grpc as pb_grpc
 from controller.api.client import Client
 from controller.api.server import MAX_MESSAGE_BYTES, PAGE_BYTES
 from controller.errors import Expired, Invalid
+from controller.store.encoding import encode
 from controller.store.memory import MemoryStore, Page
 from koordpy.cli import main
 from tests.controller.backends import STORE_BACKENDS, open_backend
@@ -161,7 +162,7 @@ def test_a_token_older_than_the_history_is_expired_as_410_gone() -> None:
 
 
 def test_a_page_stops_at_its_byte_budget_with_a_token(store: MemoryStore) -> None:
-    one = len(store.encode(store.list(WIDGETS)[0][0]))
+    one = len(encode(store.list(WIDGETS)[0][0]))
     page = store.list_page(WIDGETS, limit=100, max_bytes=3 * one + one // 2)
     assert len(page.items) == 3
     assert page.continue_

@@ -24,6 +24,7 @@ from apis import codec
 from apis.core import Event, Pod
 from apis.meta import Object
 from controller import simulate as sim
+from controller.api.apply import apply as kubectl_apply
 from controller.loops import LoopContext, LoopFactory, build_loops
 from controller.store.sqlite import Store
 
@@ -134,7 +135,7 @@ class Cluster:
         configuration document becomes its ConfigMap), then the loops until they settle at
         this instant. A bad document raises before anything of that call is stored."""
         for obj in sim.scenario_objects("\n---\n".join(documents), source="step"):
-            self.store.apply(obj)
+            kubectl_apply(self.store, obj)
         self.run()
 
     def delete(self, kind: str, name: str, namespace: str = "") -> None:

@@ -18,6 +18,7 @@ from apis import constants as k
 from apis.core import ConfigMap, Node, Pod
 from apis.meta import Object
 from controller.errors import Invalid
+from controller.store.encoding import encode
 from controller.store.memory import MAX_OBJECT_BYTES
 from controller.store.sqlite import Store
 from tests.controller.admission.helpers import decode, priority_class, quota
@@ -360,7 +361,7 @@ def test_an_object_within_the_limit_is_stored() -> None:
     with Store() as store:
         store.apply(config_map("fits", MAX_OBJECT_BYTES - 300))
         stored = store.get(store.registry.resolve("cm"), "fits", "a")
-        assert len(store.encode(stored)) <= MAX_OBJECT_BYTES
+        assert len(encode(stored)) <= MAX_OBJECT_BYTES
 
 
 # --- annotations admission reads as JSON ------------------------------------------------------

@@ -29,8 +29,16 @@ from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.migrationrates import EvictionBuckets
 from controller.descheduler.plugins import PLUGINS
 from controller.loops import LoopContext
+from controller.store.cluster import Pending, Verb, Write
 from controller.store.sqlite import Store
-from tests.controller.descheduler.conftest import Clock, make_node, make_pod, replicaset
+from tests.controller.delayed import DelayedStore, mark_loops
+from tests.controller.descheduler.conftest import (
+    Clock,
+    answered,
+    make_node,
+    make_pod,
+    replicaset,
+)
 from tests.crdschema import schema_errors, validator
 
 HEAD = "apiVersion: descheduler/v1alpha2\nkind: DeschedulerConfiguration\n"
@@ -375,11 +383,49 @@ def test_a_pod_with_an_active_job_is_not_migrated_twice(store: Store, clock: Clo
     assert len(listing(store, PodMigrationJob)) == 1
 
 
+@pytest.mark.parametrize("mode", ["ReservationFirst", "EvictDirectly"])
+def test_late_answers_neither_evict_twice_nor_make_a_second_job(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Cycles that run while the answers to the loop's writes are three snapshots late (and
+    its writes hidden from its snapshots): the pod is evicted, or gets its PodMigrationJob,
+    once."""
+    mark_loops(monkeypatch)
+    sent: list[Write] = []
+    with DelayedStore(clock=clock, results_after=3) as store:
+        write = store.write
+
+        def recording(writes: Sequence[Write]) -> Pending:
+            sent.extend(writes)
+            return write(writes)
+
+        monkeypatch.setattr(store, "write", recording)
+        setup_cluster(store)
+        store.create(config_map(document(migration={"defaultJobMode": mode})))
+        loop, ctx = loop_and_context(store, clock)
+        for _ in range(4):
+            loop.reconcile(ctx)
+            clock.now += timedelta(seconds=10)
+        answered(store, loop)
+        assert store.late > 0
+    jobs = [w for w in sent if isinstance(w.obj, PodMigrationJob)]
+    evictions = [w for w in sent if w.verb is Verb.EVICT]
+    if mode == "EvictDirectly":
+        assert [w.name for w in evictions] == ["web-0"]
+        assert jobs == []
+    else:
+        assert evictions == []
+        assert [w.obj.spec.pod_ref.name for w in jobs if isinstance(w.obj, PodMigrationJob)] == [
+            "web-0"
+        ]
+
+
 def test_evict_directly_deletes_the_pod_with_an_event(store: Store, clock: Clock) -> None:
     setup_cluster(store)
     store.create(config_map(document(migration={"defaultJobMode": "EvictDirectly"})))
     loop, ctx = loop_and_context(store, clock)
     loop.reconcile(ctx)
+    answered(store, loop)  # the Events follow the answers
     assert not store.exists(store.registry.for_type(Pod), "web-0", "default")
     assert listing(store, PodMigrationJob) == []
     (event,) = events(store, "Evicted")
@@ -448,6 +494,7 @@ def test_evict_directly_follows_the_eviction_policy_and_delete_options(
     store.create(config_map(document(migration={"defaultJobMode": "EvictDirectly", **migration})))
     loop, ctx = loop_and_context(store, clock)
     loop.reconcile(ctx)
+    answered(store, loop)  # the Events follow the answers
     assert store.exists(pods, "web-0", "default") is not gone
     if not gone:
         kept = store.get(pods, "web-0", "default")
@@ -464,6 +511,7 @@ def test_pods_of_other_schedulers_are_evicted_directly_in_reservation_first(
     store.create(config_map(document(pods=("web-0", "other-0"))))
     loop, ctx = loop_and_context(store, clock)
     loop.reconcile(ctx)
+    answered(store, loop)  # the Events follow the answers
     assert [j.spec.pod_ref.name for j in listing(store, PodMigrationJob)] == ["web-0"]
     assert not store.exists(store.registry.for_type(Pod), "other-0", "default")
     assert [e.involved_object.name for e in events(store, "Evicted")] == ["other-0"]
@@ -508,6 +556,7 @@ def test_cordons_mark_the_node_unschedulable(store: Store, clock: Clock) -> None
     store.create(config_map(document(pods=(), cordon="node-b")))
     loop, ctx = loop_and_context(store, clock)
     loop.reconcile(ctx)
+    answered(store, loop)  # the Events follow the answers
     nodes = {n.metadata.name: n for n in listing(store, Node)}
     assert nodes["node-b"].spec.unschedulable
     assert not nodes["node-a"].spec.unschedulable

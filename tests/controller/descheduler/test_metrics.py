@@ -13,7 +13,7 @@ from controller.descheduler.loop import DeschedulerLoop
 from controller.descheduler.metrics import DeschedulerMetrics
 from controller.loops import LoopContext
 from controller.store.sqlite import Store
-from tests.controller.descheduler.conftest import Clock
+from tests.controller.descheduler.conftest import Clock, answered
 from tests.controller.descheduler.test_loop import (
     TABLE,
     config_map,
@@ -35,6 +35,7 @@ def run(store: Store, clock: Clock, registry: CollectorRegistry, text: str) -> D
     store.create(config_map(text))
     loop = DeschedulerLoop(plugins=TABLE, metrics=DeschedulerMetrics(registry))
     loop.reconcile(LoopContext(store=store, now=clock))
+    answered(store, loop)  # the counts follow the answers
     return loop
 
 

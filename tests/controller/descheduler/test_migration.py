@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -70,11 +71,14 @@ from controller.descheduler.migration import (
 from controller.descheduler.migrationrates import EvictionBuckets, ObjectRate
 from controller.loops import LOOPS, LoopContext
 from controller.simulate import simulate
+from controller.store.cluster import Pending, Verb, Write
 from controller.store.sqlite import Store
+from tests.controller.delayed import DelayedStore, mark_loops
 from tests.controller.descheduler.conftest import (
     GI,
     T0,
     Clock,
+    answered,
     make_node,
     make_pod,
     replicaset,
@@ -372,7 +376,10 @@ def test_evict_directly_evicts_and_the_job_brings_the_pod_back() -> None:
 
 
 def step(store: Store, clock: Clock, loop: MigrationController) -> float | None:
-    return loop.reconcile(LoopContext(store=store, now=clock))
+    """One pass of ``loop``, with the answers to its writes in (:func:`answered`)."""
+    wait = loop.reconcile(LoopContext(store=store, now=clock))
+    answered(store, loop)
+    return wait
 
 
 def get_job(store: Store, name: str = "move") -> PodMigrationJob:
@@ -629,6 +636,92 @@ def test_max_migrating_per_node_holds_the_third_job_until_one_ends(
     step(store, clock, loop)
     step(store, clock, loop)
     assert [get_job(store, f"m{i}").status.phase for i in range(3)] == [FAILED, RUNNING, RUNNING]
+
+
+# --- answers that arrive passes late --------------------------------------------------------------
+
+
+class _Recording(DelayedStore):
+    """The delayed store, keeping every write the loops send (its answers ``results_after``
+    of their snapshots late)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sent: list[Write] = []
+
+    def write(self, writes: Sequence[Write]) -> Pending:
+        self.sent.extend(writes)
+        return super().write(writes)
+
+    def count(self, verb: Verb, kind: type[Object], name: str = "") -> int:
+        return sum(
+            1
+            for w in self.sent
+            if w.verb is verb
+            and (w.kind.type if w.kind is not None else type(w.obj)) is kind
+            and (not name or w.name == name or (w.obj is not None and w.obj.metadata.name == name))
+        )
+
+
+def test_late_answers_make_one_reservation_and_one_eviction(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Passes that run while the answers to the loop's writes are three passes late (and its
+    writes two passes from its snapshots) neither create a second reservation nor evict twice:
+    the PMJ waits on its reservation's answer, then on its own write's, before its next step."""
+    mark_loops(monkeypatch)
+    with _Recording(clock=clock, results_after=3) as store:
+        pod = ready(make_pod("web-0", node="node-a", cpu=1000))
+        store.apply_many([make_node("node-a"), make_node("node-b"), pod])
+        store.create(pmj("move", pod))
+        loop = MigrationController()
+        ctx = LoopContext(store=store, now=clock)
+        for _ in range(30):
+            loop.reconcile(ctx)
+            for reservation in reservations(store):
+                if not reservation.status.node_name:  # the scheduler places it
+                    status = replace(reservation.status, phase="Available", node_name="node-b")
+                    store.update(replace(reservation, status=status))
+            clock.now += timedelta(seconds=1)
+        answered(store, loop)
+        assert store.late > 0
+        job = get_job(store)
+        assert (job.status.phase, job.status.reason) == (RUNNING, "WaitForPodBindReservation")
+        [reservation] = reservations(store)
+        options = job.spec.reservation_options
+        assert options is not None
+        assert options.reservation_ref is not None
+        assert options.reservation_ref.uid == reservation.metadata.uid
+        assert store.count(Verb.CREATE, Reservation) == 1
+        assert store.count(Verb.EVICT, Pod, "web-0") == 1
+        assert not store.exists(store.registry.for_type(Pod), "web-0")
+        assert [e.reason for e in events(store)].count("Evicted") == 1
+        assert [e.reason for e in events(store)].count("ReservationCreated") == 1
+
+
+def test_late_answers_keep_a_held_job_counted_against_the_limits(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PMJ whose writes are not answered yet counts as its step wrote it: the third PMJ of a
+    node (maxMigratingPerNode 2) stays Pending however late the answers are."""
+    mark_loops(monkeypatch)
+    with _Recording(clock=clock, results_after=3) as store:
+        pods = [
+            ready(make_pod(f"p{i}", node="node-a", owner=replicaset(f"rs{i}"))) for i in range(3)
+        ]
+        store.apply_many([make_node("node-a"), *pods])
+        for i, pod in enumerate(pods):
+            store.create(pmj(f"m{i}", pod, created=T0 + timedelta(seconds=i)))
+        loop = MigrationController()
+        ctx = LoopContext(store=store, now=clock)
+        for _ in range(10):
+            loop.reconcile(ctx)
+            phases = [get_job(store, f"m{i}").status.phase for i in range(3)]
+            assert phases.count(RUNNING) <= 2
+            assert len(reservations(store)) <= 2
+        answered(store, loop)
+        assert [get_job(store, f"m{i}").status.phase for i in range(3)] == [RUNNING, RUNNING, ""]
+        assert store.count(Verb.CREATE, Reservation) == 2
 
 
 # --- pure pieces ----------------------------------------------------------------------------------
@@ -1396,11 +1489,20 @@ def test_a_stale_resource_version_precondition_keeps_the_job_trying(
     pod = store.create(ready(make_pod("web-0", owner=replicaset("rs0"))))
     options = DeleteOptions(preconditions=Preconditions(resource_version="12345"))
     store.create(_direct("move", pod, delete_options=options))
-    wait = step(store, clock, MigrationController())
+    loop = MigrationController()
+    wait = step(store, clock, loop)
     job = get_job(store)
     assert (job.status.phase, job.status.reason) == (RUNNING, "FailedEvict")
     assert not _pod_gone(store, "web-0")
-    assert wait == 1.0  # tried again
+    if not isinstance(store, DelayedStore):
+        assert wait == 1.0  # tried again
+    # Over the delayed backend the refusal is answered after the pass that evicted: the pass
+    # after it asks to run again (and is refused again).
+    clock.now += timedelta(seconds=1)
+    assert step(store, clock, loop) == 1.0
+    job = get_job(store)
+    assert (job.status.phase, job.status.reason) == (RUNNING, "FailedEvict")
+    assert not _pod_gone(store, "web-0")
 
 
 MIGRATION_ONLY = """\

@@ -28,6 +28,7 @@ from apis.core import (
 from apis.meta import Object, ObjectMeta
 from apis.queueing import AdmissionCheckState, PodSetUpdate, QueueUnit, ReclaimState
 from apis.resources import ResourceList
+from controller.api.apply import apply as kubectl_apply
 from controller.loops import LoopContext
 from controller.queueing import phases
 from controller.queueing.jobcontroller import JobController, gate_pods
@@ -151,7 +152,7 @@ def test_suspended_batch_job_gets_an_enqueued_unit(
         labels={"app": "train"},
     )
     job = replace(job, status=replace(job.status, succeeded=succeeded))
-    stored = harness.store.apply(job)[0]
+    stored = kubectl_apply(harness.store, job)[0]
     harness.run()
     unit = harness.unit("train")
     assert unit.metadata.namespace == "team-a"
@@ -180,8 +181,8 @@ def test_suspended_batch_job_gets_an_enqueued_unit(
 
 
 def test_unsuspended_job_gets_no_unit(harness: Harness) -> None:
-    harness.store.apply(batch_job(suspend=None))
-    harness.store.apply(batch_job("started", suspend=False))
+    kubectl_apply(harness.store, batch_job(suspend=None))
+    kubectl_apply(harness.store, batch_job("started", suspend=False))
     harness.run()
     assert harness.units() == []
     assert harness.pods() == {}
@@ -190,13 +191,14 @@ def test_unsuspended_job_gets_no_unit(harness: Harness) -> None:
 def test_started_job_suspended_later_gets_no_unit(harness: Harness) -> None:
     job = batch_job()
     job = replace(job, status=replace(job.status, start_time=harness.clock()))
-    harness.store.apply(job)
+    kubectl_apply(harness.store, job)
     harness.run()
     assert harness.units() == []
 
 
 def test_batch_job_unit_spec_from_annotations(harness: Harness) -> None:
-    harness.store.apply(
+    kubectl_apply(
+        harness.store,
         batch_job(
             parallelism=4,
             completions=8,
@@ -206,7 +208,7 @@ def test_batch_job_unit_spec_from_annotations(harness: Harness) -> None:
                 k.ANNOTATION_QUEUE_MAX_EXEC_TIME_SECONDS: "600",
             },
             pod_template=template(limits_only=True),
-        )
+        ),
     )
     harness.run()
     unit = harness.unit("train")
@@ -229,9 +231,9 @@ def test_batch_job_unit_spec_from_annotations(harness: Harness) -> None:
 def test_kubeflow_unit_name_priority_and_stamped_templates(
     harness: Harness, make: Callable[[], TFJob | PyTorchJob], unit_name: str
 ) -> None:
-    harness.store.apply(PriorityClass(metadata=ObjectMeta(name="team-high"), value=8000))
+    kubectl_apply(harness.store, PriorityClass(metadata=ObjectMeta(name="team-high"), value=8000))
     made = make()
-    harness.store.apply(made)
+    kubectl_apply(harness.store, made)
     harness.run()
     unit = harness.unit(unit_name)
     assert unit.spec.priority == 8000
@@ -266,12 +268,13 @@ def test_unit_priority_sources(
     harness: Harness, worker_class: str, classes: dict[str, int], priority: int
 ) -> None:
     for name, value in classes.items():
-        harness.store.apply(
+        kubectl_apply(
+            harness.store,
             PriorityClass(
                 metadata=ObjectMeta(name=name), value=value, global_default=name == "everyone"
-            )
+            ),
         )
-    harness.store.apply(pytorch_job(worker_class=worker_class, master_class="koord-prod"))
+    kubectl_apply(harness.store, pytorch_job(worker_class=worker_class, master_class="koord-prod"))
     harness.run()
     assert harness.unit("ddp-py-qu").spec.priority == priority
 
@@ -280,7 +283,7 @@ def test_unit_priority_sources(
 
 
 def test_admitted_job_is_resumed_and_gets_gated_pods(harness: Harness) -> None:
-    harness.store.apply(pytorch_job(workers=4))
+    kubectl_apply(harness.store, pytorch_job(workers=4))
     harness.run()
     harness.admit("ddp-py-qu", master=1, worker=2)
     harness.run()
@@ -304,7 +307,7 @@ def test_admitted_job_is_resumed_and_gets_gated_pods(harness: Harness) -> None:
 
 
 def test_batch_job_resume_sets_suspend_false_and_start_time(harness: Harness) -> None:
-    harness.store.apply(batch_job())
+    kubectl_apply(harness.store, batch_job())
     harness.run()
     harness.admit("train")
     harness.run()
@@ -317,7 +320,7 @@ def test_batch_job_resume_sets_suspend_false_and_start_time(harness: Harness) ->
 
 
 def test_batch_job_pods_carry_the_labels_kubernetes_gives_them(harness: Harness) -> None:
-    stored = harness.store.apply(batch_job())[0]
+    stored = kubectl_apply(harness.store, batch_job())[0]
     harness.run()
     harness.admit("train")
     harness.run()
@@ -334,7 +337,7 @@ def test_batch_job_pods_carry_the_labels_kubernetes_gives_them(harness: Harness)
 def test_indexed_batch_job_pods_carry_their_completion_index(harness: Harness) -> None:
     job = batch_job()
     job = replace(job, spec=replace(job.spec, completion_mode="Indexed"))
-    harness.store.apply(job)
+    kubectl_apply(harness.store, job)
     harness.run()
     harness.admit("train")
     harness.run()
@@ -350,7 +353,7 @@ def test_indexed_batch_job_pods_carry_their_completion_index(harness: Harness) -
 
 
 def test_other_job_kinds_get_no_batch_labels(harness: Harness) -> None:
-    harness.store.apply(pytorch_job(workers=1))
+    kubectl_apply(harness.store, pytorch_job(workers=1))
     harness.run()
     harness.admit("ddp-py-qu", master=1, worker=1)
     harness.run()
@@ -360,7 +363,7 @@ def test_other_job_kinds_get_no_batch_labels(harness: Harness) -> None:
 
 
 def test_pod_set_updates_of_admission_checks_are_applied(harness: Harness) -> None:
-    harness.store.apply(pytorch_job(workers=1))
+    kubectl_apply(harness.store, pytorch_job(workers=1))
     harness.run()
     toleration = Toleration(key="pool", operator="Equal", value="spot", effect="NoSchedule")
     update = PodSetUpdate(
@@ -441,7 +444,7 @@ def test_gate_prefers_pods_already_open_and_never_touches_bound_ones(
 
 
 def test_reporter_counts_bound_pods_and_raises_replicas(harness: Harness) -> None:
-    harness.store.apply(pytorch_job(workers=3))
+    kubectl_apply(harness.store, pytorch_job(workers=3))
     harness.run()
     harness.admit("ddp-py-qu", master=1, worker=1)
     harness.run()
@@ -465,7 +468,7 @@ def test_reporter_counts_bound_pods_and_raises_replicas(harness: Harness) -> Non
 
 
 def test_job_success_releases_the_admission(harness: Harness) -> None:
-    harness.store.apply(batch_job(parallelism=2, completions=2))
+    kubectl_apply(harness.store, batch_job(parallelism=2, completions=2))
     harness.run()
     harness.admit("train")
     harness.run()
@@ -493,7 +496,7 @@ def test_job_success_releases_the_admission(harness: Harness) -> None:
 
 def test_job_failure_marks_the_unit_failed(harness: Harness) -> None:
     job = batch_job(parallelism=1, completions=1)
-    harness.store.apply(replace(job, spec=replace(job.spec, backoff_limit=0)))
+    kubectl_apply(harness.store, replace(job, spec=replace(job.spec, backoff_limit=0)))
     harness.run()
     harness.admit("train")
     harness.run()
@@ -517,7 +520,7 @@ def _ends(job: Object) -> list[tuple[str, str, str, str]]:
 def test_a_queue_job_completes_with_the_conditions_kubernetes_writes(harness: Harness) -> None:
     """As the standalone Job controller (and Kubernetes v1.35): ``SuccessCriteriaMet`` first,
     then ``Complete``, both reason ``CompletionsReached``, at the same moment."""
-    harness.store.apply(batch_job(parallelism=1, completions=1))
+    kubectl_apply(harness.store, batch_job(parallelism=1, completions=1))
     harness.run()
     harness.admit("train")
     harness.run()
@@ -541,7 +544,7 @@ def test_a_queue_job_completes_with_the_conditions_kubernetes_writes(harness: Ha
 
 def test_a_queue_job_over_its_backoff_limit_fails_as_kubernetes_writes(harness: Harness) -> None:
     job = batch_job(parallelism=1, completions=1)
-    harness.store.apply(replace(job, spec=replace(job.spec, backoff_limit=0)))
+    kubectl_apply(harness.store, replace(job, spec=replace(job.spec, backoff_limit=0)))
     harness.run()
     harness.admit("train")
     harness.run()
@@ -556,8 +559,8 @@ def test_a_queue_job_over_its_backoff_limit_fails_as_kubernetes_writes(harness: 
 
 
 def test_the_queue_marks_the_batch_jobs_it_enqueues(harness: Harness) -> None:
-    harness.store.apply(batch_job())
-    harness.store.apply(batch_job("free", suspend=False))
+    kubectl_apply(harness.store, batch_job())
+    kubectl_apply(harness.store, batch_job("free", suspend=False))
     harness.run()
     assert harness.job(Job, "train").metadata.annotations[k.ANNOTATION_JOB_HAS_ENQUEUED] == "true"
     assert k.ANNOTATION_JOB_HAS_ENQUEUED not in harness.job(Job, "free").metadata.annotations
@@ -566,13 +569,13 @@ def test_the_queue_marks_the_batch_jobs_it_enqueues(harness: Harness) -> None:
 def test_reapplying_a_released_job_as_submitted_keeps_it_running(harness: Harness) -> None:
     """The manifest says ``suspend: true`` (how it waits for the queue); applied again after
     the queue released the Job, the Job stays released and its pods stay."""
-    harness.store.apply(batch_job(parallelism=1, completions=1))
+    kubectl_apply(harness.store, batch_job(parallelism=1, completions=1))
     harness.run()
     harness.admit("train")
     harness.run()
     harness.kubelet("train-0")
     harness.run()
-    _, outcome = harness.store.apply(batch_job(parallelism=1, completions=1))
+    _, outcome = kubectl_apply(harness.store, batch_job(parallelism=1, completions=1))
     harness.run()
     job = harness.job(Job, "train")
     assert isinstance(job, Job)
@@ -587,9 +590,9 @@ def test_a_job_that_ran_without_the_queue_is_suspended_by_apply(harness: Harness
     queue does not take it (it was never held)."""
     started = batch_job("free", suspend=False)
     started = replace(started, status=replace(started.status, start_time=harness.clock()))
-    harness.store.apply(started)
+    kubectl_apply(harness.store, started)
     harness.run()
-    harness.store.apply(batch_job("free", suspend=True))
+    kubectl_apply(harness.store, batch_job("free", suspend=True))
     harness.run()
     job = harness.job(Job, "free")
     assert isinstance(job, Job)
@@ -611,7 +614,7 @@ def _job_events(harness: Harness, name: str) -> list[tuple[str, str, str, int]]:
 
 def test_a_queue_job_records_what_kubernetes_job_controller_records(harness: Harness) -> None:
     """Its pods, an eviction's suspension and the resumption after, and the end."""
-    harness.store.apply(batch_job(parallelism=1, completions=1))
+    kubectl_apply(harness.store, batch_job(parallelism=1, completions=1))
     harness.run()
     assert _job_events(harness, "train") == []  # held: nothing yet
     harness.admit("train")
@@ -637,7 +640,7 @@ def test_a_queue_job_records_what_kubernetes_job_controller_records(harness: Har
 
 def test_a_failed_queue_job_records_the_reason(harness: Harness) -> None:
     job = batch_job(parallelism=1, completions=1)
-    harness.store.apply(replace(job, spec=replace(job.spec, backoff_limit=0)))
+    kubectl_apply(harness.store, replace(job, spec=replace(job.spec, backoff_limit=0)))
     harness.run()
     harness.admit("train")
     harness.run()
@@ -650,7 +653,7 @@ def test_a_failed_queue_job_records_the_reason(harness: Harness) -> None:
 
 
 def test_kubeflow_job_succeeds_when_its_master_does(harness: Harness) -> None:
-    harness.store.apply(pytorch_job(workers=2))
+    kubectl_apply(harness.store, pytorch_job(workers=2))
     harness.run()
     harness.admit("ddp-py-qu")
     harness.run()
@@ -716,7 +719,7 @@ def test_running_pods_stop_the_running_timeout(store: Store, clock: Clock) -> No
 
 
 def test_deleting_the_job_deletes_its_unit_and_pods(harness: Harness) -> None:
-    harness.store.apply(pytorch_job())
+    kubectl_apply(harness.store, pytorch_job())
     harness.run()
     harness.admit("ddp-py-qu")
     harness.run()
@@ -731,7 +734,7 @@ def test_deleting_the_job_deletes_its_unit_and_pods(harness: Harness) -> None:
 def test_evicted_unit_suspends_the_job_and_deletes_unfinished_pods(
     harness: Harness, reason: str
 ) -> None:
-    harness.store.apply(batch_job(parallelism=2, completions=3))
+    kubectl_apply(harness.store, batch_job(parallelism=2, completions=3))
     harness.run()
     harness.admit("train")
     harness.run()
@@ -757,7 +760,7 @@ def test_evicted_unit_suspends_the_job_and_deletes_unfinished_pods(
 
 
 def test_deactivation_annotation_sets_spec_active_false(harness: Harness) -> None:
-    harness.store.apply(pytorch_job())
+    kubectl_apply(harness.store, pytorch_job())
     harness.run()
     assert harness.unit("ddp-py-qu").spec.active is None
     job = harness.job(PyTorchJob, "ddp")
@@ -768,7 +771,7 @@ def test_deactivation_annotation_sets_spec_active_false(harness: Harness) -> Non
 
 
 def test_legacy_preempted_phase_is_requeued(harness: Harness) -> None:
-    harness.store.apply(pytorch_job())
+    kubectl_apply(harness.store, pytorch_job())
     harness.run()
     harness.admit("ddp-py-qu")
     harness.run()
@@ -803,7 +806,7 @@ def _workers(harness: Harness) -> dict[str, str]:
 
 
 def test_example_f_scale_up_then_down(harness: Harness) -> None:
-    harness.store.apply(pytorch_job(workers=8, master=False))
+    kubectl_apply(harness.store, pytorch_job(workers=8, master=False))
     harness.run()
     harness.admit("ddp-py-qu", worker=8)
     harness.run()
@@ -837,8 +840,8 @@ def test_example_f_scale_up_then_down(harness: Harness) -> None:
 
 
 def test_an_idle_pass_writes_nothing(harness: Harness) -> None:
-    harness.store.apply(pytorch_job())
-    harness.store.apply(batch_job())
+    kubectl_apply(harness.store, pytorch_job())
+    kubectl_apply(harness.store, batch_job())
     harness.run()
     harness.admit("train")
     harness.run()
@@ -943,7 +946,7 @@ def test_simulated_batch_job_runs_to_completion() -> None:
 def test_reclaim_state_shrinks_unbound_replicas(
     harness: Harness, reclaim: int, bound: int, replicas: int, open_workers: int
 ) -> None:
-    harness.store.apply(pytorch_job(workers=4, master=False))
+    kubectl_apply(harness.store, pytorch_job(workers=4, master=False))
     harness.run()
     harness.admit("ddp-py-qu", worker=4 if bound < 4 else 3)
     harness.run()

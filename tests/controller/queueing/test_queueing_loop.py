@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
 
 import msgspec
 import pytest
 
 from apis import constants as k
-from apis.meta import Object, ObjectMeta
+from apis.meta import ObjectMeta
 from apis.queueing import AdmissionCheckState, Queue, QueueAdmissionCheck, QueueSpec, QueueUnit
 from controller.errors import Conflict
 from controller.queueing import phases
@@ -20,6 +19,7 @@ from controller.queueing.loop import QueueingLoop
 from controller.queueing.plugins import PluginRef, QueueingConfig, build_plugins
 from controller.simulate import simulate
 from controller.store.sqlite import Store
+from controller.store.writes import Pending, Write
 from tests.controller.queueing.conftest import (
     T0,
     Clock,
@@ -480,32 +480,51 @@ def test_an_admission_the_store_refuses_is_given_back_and_tried_again(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     harness.quota("team-a", max=cores(4))
+    # One unit admitted first: the refused pass then writes no quota status (the status is
+    # not due), so only the refusal's own handling gives the charge back.
+    harness.unit("other", cpu_m=1000)
+    harness.settle()
     harness.unit("first", cpu_m=3000)
     store = harness.store
-    real = store.update_many
+    real = store.write
     refused: list[str] = []
 
-    def refuse_units_once(objs: Sequence[Object]) -> list[Any]:
+    def refuse_units_once(writes: Sequence[Write]) -> Pending:
+        """The store's batch write, refusing the first admission it is sent (its results
+        arrive when the store's would: at once, or late over the delayed backend)."""
         if refused:
-            return real(objs)
-        kept = [o for o in objs if not (isinstance(o, QueueUnit) and o.status.admissions)]
-        results = iter(real(kept))
-        out: list[Any] = []
-        for obj in objs:
-            if obj in kept:
-                out.append(next(results))
-            else:
-                refused.append(obj.metadata.name)
-                out.append(Conflict(f"queueunits {obj.metadata.name}: changed meanwhile"))
-        return out
+            return real(writes)
+        kept = [w for w in writes if not (isinstance(w.obj, QueueUnit) and w.obj.status.admissions)]
+        if len(kept) == len(writes):
+            return real(writes)
+        inner = real(kept)
+        passed = {id(w) for w in kept}
+        refused.extend(
+            w.obj.metadata.name for w in writes if id(w) not in passed and w.obj is not None
+        )
+        pending = Pending()
 
-    monkeypatch.setattr(store, "update_many", refuse_units_once)
+        def answer(done: Pending) -> None:
+            results = iter(done.results())
+            pending.resolve(
+                [
+                    next(results) if id(w) in passed else Conflict("queueunits: changed meanwhile")
+                    for w in writes
+                ]
+            )
+
+        inner.add_done_callback(answer)
+        return pending
+
+    monkeypatch.setattr(store, "write", refuse_units_once)
     harness.run()
     assert refused == ["first"]
+    # Charged once while the answer is not in (over the delayed backend, a pass later).
+    assert harness.loop.engine.ledger.used("team-a")["cpu"] == 4000
     # The pass's decision was lost: the unit is read again and admitted by a later pass,
     # charged once.
     assert harness.get("first").status.admissions == ()
     harness.settle()
-    assert harness.holding() == {"first"}
-    assert harness.used("team-a") == cores(3)
-    assert harness.loop.engine.ledger.used("team-a")["cpu"] == 3000
+    assert harness.holding() == {"other", "first"}
+    assert harness.used("team-a") == cores(4)
+    assert harness.loop.engine.ledger.used("team-a")["cpu"] == 4000

@@ -76,15 +76,17 @@ def test_a_higher_priority_pod_evicts_the_single_lowest_priority_pod(
     assert _pod(store, "low") is None
     assert _pod(store, "mid") is not None
     assert _pod(store, "other") is not None
-    (event,) = _events(store, "Preempted")
-    assert (event.type, event.involved_object.name) == ("Normal", "low")
-    assert event.message == f"Preempted by pod {high.metadata.uid} on node n1"
+    uid = high.metadata.uid
 
     clock.now += timedelta(seconds=2)  # past the first attempt's backoff
     loop.reconcile(ctx)
     high = _pod(store, "high")
     assert high is not None
     assert (high.spec.node_name, high.status.nominated_node_name) == ("n1", "")
+    # recorded once the victim's delete was answered (a pass later on the delayed backend)
+    (event,) = _events(store, "Preempted")
+    assert (event.type, event.involved_object.name) == ("Normal", "low")
+    assert event.message == f"Preempted by pod {uid} on node n1"
 
 
 @pytest.mark.parametrize(

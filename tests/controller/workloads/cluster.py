@@ -11,6 +11,7 @@ from apis import codec
 from apis.core import Pod
 from apis.kinds import default_registry
 from apis.meta import Object
+from controller.api.apply import apply as kubectl_apply
 from controller.loops import LoopContext, build_loops
 from controller.store.sqlite import Store
 
@@ -41,7 +42,7 @@ class Cluster:
     def apply(self, *texts: str) -> None:
         for text in texts:
             for obj in codec.decode_documents(text, registry=self.registry):
-                self.store.apply(obj)
+                kubectl_apply(self.store, obj)
 
     def delete(self, kind: str, name: str, namespace: str = "default") -> None:
         self.store.delete(self.registry.resolve(kind), name, namespace)

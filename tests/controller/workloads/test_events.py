@@ -5,7 +5,7 @@ ReplicaSet's ``SuccessfulCreate`` after an eviction), in ``simulate`` and in a l
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -14,9 +14,9 @@ import pytest
 
 from apis.apps import Deployment, ReplicaSet
 from apis.core import Event, Job
-from apis.meta import Object
 from controller.errors import Invalid
 from controller.store.sqlite import Store
+from controller.store.writes import Pending, Verb, Write
 from controller.workloads.deployment import plan_deployment
 from controller.workloads.job import plan_batch_job
 from tests.controller.workloads.cluster import Cluster
@@ -302,14 +302,19 @@ def test_a_job_suspended_and_resumed_by_apply_records_both(cluster: Cluster) -> 
 def test_a_pod_the_store_refuses_records_failed_create(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = Store.create
+    original = Store.write
 
-    def refuse_pods(self: Store, obj: Object) -> Object:
-        if obj.kind == "Pod":
-            raise Invalid("spec.containers[0].image: Required value")
-        return original(self, obj)
+    def refuse_pods(self: Store, writes: Sequence[Write]) -> Pending:
+        refused = [
+            w.verb is Verb.CREATE and w.obj is not None and w.obj.kind == "Pod" for w in writes
+        ]
+        done = iter(
+            original(self, [w for w, r in zip(writes, refused, strict=True) if not r]).results()
+        )
+        error = Invalid("spec.containers[0].image: Required value")
+        return Pending.completed(error if r else next(done) for r in refused)
 
-    monkeypatch.setattr(Store, "create", refuse_pods)
+    monkeypatch.setattr(Store, "write", refuse_pods)
     cluster.apply(WEB.replace("{cpu}", "100m").replace("replicas: 3", "replicas: 1"))
     cluster.step()
     assert lines(cluster_events(cluster), "StatefulSet", "web") == [
