@@ -1,12 +1,15 @@
 """Run benchmarks on an earlier revision and on the working tree back to back, and print both.
 
-``python -m bench.compare REV [--bench NAME ...] [--rounds N] [-- ARGS]`` checks ``REV`` out into a
-temporary git worktree (the generated gRPC modules copied over, as ``make proto`` would make
-them), then runs each benchmark module (``bench.NAME``; default: every one) there and here in
-turn, ``--rounds`` times, with the same arguments, under this interpreter. Every line a run
-prints is kept; lines whose words agree (their numbers aside) are paired, and each figure is
-printed old / new with the ratio new / old, so "within 10 % of before" is read off one table
-from one machine in one sitting. Lines that differ are printed from both sides as they came.
+``python -m bench.compare REV [--bench NAME ...] [--rounds N] [--same-bench] [-- ARGS]`` checks
+``REV`` out into a temporary git worktree (the generated gRPC modules copied over, as ``make
+proto`` would make them), then runs each benchmark module (``bench.NAME``; default: every one)
+there and here in turn, ``--rounds`` times, with the same arguments, under this interpreter.
+Every line a run prints is kept; lines whose words agree (their numbers aside) are paired, and
+each figure is printed old / new with the ratio new / old, so "within 10 % of before" is read
+off one table from one machine in one sitting. Lines that differ are printed from both sides as
+they came. ``--same-bench`` runs this tree's ``bench/`` against the old code as well, when a
+benchmark's harness changed with the code (the measurement held equal, only the code measured
+differs).
 
 A benchmark's own targets are judged by the benchmark (its PASS/FAIL lines appear in both
 columns); this script adds no target of its own. It exits 1 when a run failed.
@@ -113,6 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--bench", action="append", choices=BENCHES, help="a benchmark (repeat; default: all)"
     )
     parser.add_argument("--rounds", type=int, default=1, help="old/new pairs per benchmark")
+    parser.add_argument(
+        "--same-bench",
+        action="store_true",
+        help="run this tree's bench/ against the old code too (the harness held equal)",
+    )
     given = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in given:  # what follows goes to every benchmark
@@ -123,6 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--rounds must be at least 1, got {options.rounds}")
     failed = False
     with _worktree(options.rev) as old_tree:
+        if options.same_bench:
+            shutil.rmtree(old_tree / "bench")
+            shutil.copytree(ROOT / "bench", old_tree / "bench")
         for bench in options.bench or BENCHES:
             for round_ in range(1, options.rounds + 1):
                 code_old, old, took_old = _run(old_tree, bench, extra)
