@@ -26,7 +26,7 @@ from apis.caches import Cache
 from apis.core import Job, JobSpec
 from apis.kinds import Kind
 from apis.meta import Object
-from controller.errors import Conflict, NotFound, StoreError
+from controller.errors import NotFound, StoreError
 from controller.mutations import Shape, applied, shape_of
 from controller.store.memory import MemoryStore
 from controller.store.writes import Outcome, Write
@@ -114,7 +114,7 @@ def apply(store: MemoryStore, obj: Object) -> tuple[Object, Outcome]:
     write = (
         Write.create(obj)
         if stored is None
-        else Write.update(kubectl_applied(_shape(kind), stored, _checked(kind, stored, obj)))
+        else Write.update(_conditional(kubectl_applied(_shape(kind), stored, obj), obj))
     )
     result = store.write([write]).results()[0]
     if isinstance(result, StoreError):
@@ -122,20 +122,21 @@ def apply(store: MemoryStore, obj: Object) -> tuple[Object, Outcome]:
     return result
 
 
-def _checked(kind: Kind, stored: Object, incoming: Object) -> Object:
-    """``incoming``, whose resourceVersion and uid, when set, must be the stored ones."""
-    have, meta = stored.metadata, incoming.metadata
-    if meta.resource_version and meta.resource_version != have.resource_version:
-        raise Conflict.of(kind, have.name, have.namespace)
-    if meta.uid and meta.uid != have.uid:
-        raise Conflict.of(
-            kind,
-            have.name,
-            have.namespace,
-            detail=f"Precondition failed: UID in precondition: {meta.uid},"
-            f" UID in object meta: {have.uid}",
-        )
-    return incoming
+def _conditional(merged: ObjT, incoming: Object) -> ObjT:
+    """``merged`` (stored metadata) carrying the resourceVersion and uid ``incoming`` names,
+    when it names them, as the update's preconditions (the store checks them)."""
+    meta = incoming.metadata
+    if not meta.resource_version and not meta.uid:
+        return merged
+    have = merged.metadata
+    return replace(
+        merged,
+        metadata=replace(
+            have,
+            resource_version=meta.resource_version or have.resource_version,
+            uid=meta.uid or have.uid,
+        ),
+    )
 
 
 #: kind's Struct type -> its Shape (a kind's shape is its Struct's fields: fixed per type)

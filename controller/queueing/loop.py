@@ -98,7 +98,7 @@ from controller.queueing.visibility import (
 from controller.quota.check import QuotaIndex, QuotaSums, quota_name
 from controller.quota.status import child_request, quota_status
 from controller.quota.tree import QuotaTree, RuntimeQuota
-from controller.store.assumed import Outbox
+from controller.store.assumed import Outbox, before_write
 from controller.store.cluster import Cluster, Outcome, Result, Verb, Write
 from controller.store.watching import EventType, Watch
 
@@ -227,17 +227,8 @@ class _Unseen:
 
 def _before_write(entry: _Unseen, seen: Object | None) -> bool:
     """Whether ``seen`` (what the watch shows now) is still the state ``entry``'s write
-    changed: the same rule as :class:`~controller.store.assumed.Assumed` (a version other than
-    the one replaced, or the object gone, is past it: versions are compared for equality)."""
-    if entry.replaced is None:  # deleted: still there
-        return seen is not None and seen.metadata.uid == entry.uid
-    if not entry.replaced:  # created: not there yet
-        return seen is None
-    return (
-        seen is not None
-        and seen.metadata.resource_version == entry.replaced
-        and seen.metadata.uid == entry.uid
-    )
+    changed (the rule :class:`~controller.store.assumed.Assumed` follows)."""
+    return before_write(entry.replaced, entry.uid, seen)
 
 
 def _object_key(obj: Object) -> _ObjectKey:

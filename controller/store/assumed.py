@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from controller.store.cluster import Cluster
 from controller.store.snapshots import Snapshot
 
-__all__ = ["Assumed", "Outbox"]
+__all__ = ["Assumed", "Outbox", "before_write"]
 
 
 @dataclass(slots=True)
@@ -40,17 +40,22 @@ class _Entry:
     written: Object | None  # None: deleted
 
 
-def _unseen(entry: _Entry, seen: Object | None) -> bool:
-    """Whether ``seen`` (what the snapshot holds) is still from before the write."""
-    if entry.replaced is None:  # deleted: still there
-        return seen is not None and seen.metadata.uid == entry.uid
-    if not entry.replaced:  # created: not there yet
+def before_write(replaced: str | None, uid: str, seen: Object | None) -> bool:
+    """Whether ``seen`` (what a snapshot or a watch shows now) is still the state a write
+    changed: ``replaced`` the resourceVersion it replaced ("" for a create, None for a delete)
+    and ``uid`` the object's. A version other than the one replaced, the object gone, or another
+    object in its place is past it (versions are compared for equality only)."""
+    if replaced is None:  # deleted: still there
+        return seen is not None and seen.metadata.uid == uid
+    if not replaced:  # created: not there yet
         return seen is None
     return (
-        seen is not None
-        and seen.metadata.resource_version == entry.replaced
-        and seen.metadata.uid == entry.uid
+        seen is not None and seen.metadata.resource_version == replaced and seen.metadata.uid == uid
     )
+
+
+def _unseen(entry: _Entry, seen: Object | None) -> bool:
+    return before_write(entry.replaced, entry.uid, seen)
 
 
 class Assumed:

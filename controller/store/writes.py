@@ -22,6 +22,7 @@ again.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -153,14 +154,8 @@ class Write:
     @classmethod
     def evict(cls, kind: Kind, pod: Object, *, precondition: bool = False) -> Write:
         """Evict ``pod`` through the eviction subresource."""
-        meta = pod.metadata
-        return cls(
-            verb=Verb.EVICT,
-            obj=pod,
-            kind=kind,
-            name=meta.name,
-            namespace=meta.namespace,
-            resource_version=meta.resource_version if precondition else "",
+        return dataclasses.replace(
+            cls.delete_of(kind, pod, precondition=precondition), verb=Verb.EVICT
         )
 
     @property
