@@ -651,7 +651,7 @@ class MemoryStore:
         self, objs: Sequence[Object]
     ) -> builtins.list[tuple[Object, Outcome] | StoreError]:
         """Apply each object in one transaction; a failing one is reported in its place."""
-        return self._write(self._apply_many, objs)
+        return self._write(self._write_batch, [Write.apply(o) for o in objs])
 
     def update_many(
         self, objs: Sequence[Object]
@@ -659,7 +659,7 @@ class MemoryStore:
         """Update each object (its resourceVersion must be current, as with :meth:`update`)
         in one transaction; a failing one is reported in its place. What a control loop
         uses to write back objects it read and changed."""
-        return self._write(self._update_many, objs)
+        return self._write(self._write_batch, [Write.update(o) for o in objs])
 
     def write(self, writes: Sequence[Write]) -> Pending:
         """The :class:`~controller.store.cluster.Cluster` write: ``writes`` in one
@@ -753,15 +753,20 @@ class MemoryStore:
 
     @staticmethod
     def _preconditions(kind: Kind, stored: Object, meta: ObjectMeta) -> None:
+        MemoryStore._check_preconditions(kind, stored, meta.resource_version, meta.uid)
+
+    @staticmethod
+    def _check_preconditions(kind: Kind, stored: Object, resource_version: str, uid: str) -> None:
+        """``stored`` must have the resourceVersion and uid a write names (when it names them)."""
         have = stored.metadata
-        if meta.resource_version and meta.resource_version != have.resource_version:
+        if resource_version and resource_version != have.resource_version:
             raise Conflict.of(kind, have.name, have.namespace)
-        if meta.uid and meta.uid != have.uid:
+        if uid and uid != have.uid:
             raise Conflict.of(
                 kind,
                 have.name,
                 have.namespace,
-                detail=f"Precondition failed: UID in precondition: {meta.uid},"
+                detail=f"Precondition failed: UID in precondition: {uid},"
                 f" UID in object meta: {have.uid}",
             )
 
@@ -834,7 +839,13 @@ class MemoryStore:
         return self._replace(txn, shape, stored, mutations.applied(shape, stored, obj))
 
     def _delete(
-        self, txn: _Transaction, kind: Kind, name: str, namespace: str, resource_version: str
+        self,
+        txn: _Transaction,
+        kind: Kind,
+        name: str,
+        namespace: str,
+        resource_version: str,
+        uid: str = "",
     ) -> tuple[Object, Outcome]:
         shape = self._shape(kind)
         ns = self._namespace(shape, namespace)
@@ -842,8 +853,7 @@ class MemoryStore:
         if stored is None:
             raise NotFound.of(kind, name, ns)
         have = stored.metadata
-        if resource_version and resource_version != have.resource_version:
-            raise Conflict.of(kind, name, ns)
+        self._check_preconditions(kind, stored, resource_version, uid)
         key = (shape.key, ns, name)
         if have.finalizers:
             if have.deletion_timestamp is not None:
@@ -860,35 +870,6 @@ class MemoryStore:
         )
         txn.stage(key, shape.key, EventType.DELETED, last, stored)
         return last, Outcome.DELETED
-
-    def _update_many(
-        self, txn: _Transaction, objs: Sequence[Object]
-    ) -> builtins.list[tuple[Object, Outcome] | StoreError]:
-        results: builtins.list[tuple[Object, Outcome] | StoreError] = []
-        for obj in objs:
-            mark = txn.mark()
-            try:
-                version = txn.resource_version
-                saved = self._update(txn, obj)
-                changed = txn.resource_version != version
-                results.append((saved, Outcome.CONFIGURED if changed else Outcome.UNCHANGED))
-            except StoreError as err:
-                txn.rollback(mark)
-                results.append(err)
-        return results
-
-    def _apply_many(
-        self, txn: _Transaction, objs: Sequence[Object]
-    ) -> builtins.list[tuple[Object, Outcome] | StoreError]:
-        results: builtins.list[tuple[Object, Outcome] | StoreError] = []
-        for obj in objs:
-            mark = txn.mark()
-            try:
-                results.append(self._apply(txn, obj))
-            except StoreError as err:
-                txn.rollback(mark)
-                results.append(err)
-        return results
 
     def _write_batch(self, txn: _Transaction, writes: Sequence[Write]) -> builtins.list[Result]:
         results: builtins.list[Result] = []
@@ -909,21 +890,8 @@ class MemoryStore:
                 raise Invalid(f"a {verb} names the kind of its object")
             if verb is Verb.PATCH:
                 return self._patch(txn, kind, write)
-            if obj is not None and obj.metadata.uid:
-                have = self._lookup(
-                    self._shape(kind).key,
-                    self._namespace(self._shape(kind), write.namespace),
-                    write.name,
-                )
-                if have is not None and have.metadata.uid != obj.metadata.uid:
-                    raise Conflict.of(
-                        kind,
-                        write.name,
-                        have.metadata.namespace,
-                        detail=f"Precondition failed: UID in precondition: {obj.metadata.uid},"
-                        f" UID in object meta: {have.metadata.uid}",
-                    )
-            return self._delete(txn, kind, write.name, write.namespace, write.resource_version)
+            uid = obj.metadata.uid if obj is not None else ""
+            return self._delete(txn, kind, write.name, write.namespace, write.resource_version, uid)
         if obj is None:
             raise Invalid(f"a {verb} carries its object")
         if verb is Verb.CREATE:
@@ -977,8 +945,7 @@ class MemoryStore:
         stored = self._lookup(shape.key, ns, write.name)
         if stored is None:
             raise NotFound.of(kind, write.name, ns)
-        if write.resource_version and write.resource_version != stored.metadata.resource_version:
-            raise Conflict.of(kind, write.name, ns)
+        self._check_preconditions(kind, stored, write.resource_version, "")
         merged = merge_patch(msgspec.json.decode(encode(stored)), write.patch or {})
         try:
             candidate = codec.decode_as(merged, kind.type)
