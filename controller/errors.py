@@ -40,6 +40,7 @@ __all__ = [
     "StorageFull",
     "StoreError",
     "TransientError",
+    "Unavailable",
 ]
 
 #: What Kubernetes tells a writer whose resourceVersion is stale.
@@ -202,3 +203,24 @@ class Forbidden(Invalid):
 
 class Expired(StoreError):  # noqa: N818 - reads as Kubernetes says it
     """A watch that cannot continue from the version asked for (HTTP 410 Gone)."""
+
+
+class Unavailable(StoreError):  # noqa: N818 - a state, as errors.NotFound
+    """A write a remote store did not do, and may do when sent again later: the API server
+    answered 429 (a PodDisruptionBudget refusing an eviction, or its own load) or 5xx, or did
+    not answer. ``code`` is the HTTP status (0: no answer); ``retry_after`` the seconds the
+    server asked for (None: it did not say)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: Kind | None = None,
+        namespace: str = "",
+        name: str = "",
+        code: int = 0,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, kind=kind, namespace=namespace, name=name)
+        self.code = code
+        self.retry_after = retry_after

@@ -240,7 +240,11 @@ class SchedulerLoop:
         *,
         metrics: SchedulerMetrics | None = None,
         max_attempts: int | None = MAX_ATTEMPTS_PER_PASS,
+        only_named: bool = False,
     ) -> None:
+        #: Serve only pods naming a profile's own schedulerName, never the ``default-scheduler``
+        #: alias (a cluster where kube-scheduler schedules the rest: Kubernetes mode).
+        self._only_named = only_named
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         #: Attempts per pass (None: every active pod).
@@ -258,6 +262,8 @@ class SchedulerLoop:
         """Take ``profiles`` and the plugins of theirs the loop calls outside the cycle."""
         self._profiles = profiles
         self._by_scheduler = profiles_by_scheduler(self._profiles)
+        if self._only_named:
+            self._by_scheduler = {p.scheduler_name: p for p in self._profiles}
         stateful: dict[int, fw.ClusterStatePlugin] = {}
         timed: dict[int, fw.TimedPlugin] = {}
         for profile in self._profiles:

@@ -690,6 +690,43 @@ class MemoryStore:
         self._commit(txn)
         return result
 
+    def mirror(self, kind: Kind, changes: Iterable[tuple[Object | None, Object | None]]) -> None:
+        """Hold ``kind``'s objects as another server stored them: each ``(before, after)``
+        (None: absent) taken as it is, with its resourceVersion, uid and every field, without
+        admission or checks, in one commit (one local version; watches see each change).
+
+        What a backend caching a remote API server (:mod:`controller.store.kubernetes`) keeps
+        its snapshots in: an object given is the very object later snapshots hold, so the
+        identity contract of :mod:`controller.store.snapshots` carries over from its source.
+        """
+        self._write(self._mirror, self._shape(kind), changes)
+
+    def _mirror(
+        self,
+        txn: _Transaction,
+        shape: mutations.Shape,
+        changes: Iterable[tuple[Object | None, Object | None]],
+    ) -> None:
+        key = shape.key
+        for before, after in changes:
+            obj = after if after is not None else before
+            if obj is None:
+                continue
+            meta = obj.metadata
+            namespace = meta.namespace if shape.namespaced else ""
+            held = self._lookup(key, namespace, meta.name)
+            if after is None and held is None:
+                continue
+            txn.resource_version += 1
+            full = (key, namespace, meta.name)
+            if after is None:
+                assert held is not None
+                txn.stage(full, key, EventType.DELETED, held, held)
+            elif held is None:
+                txn.stage(full, key, EventType.ADDED, after, None)
+            elif held is not after:
+                txn.stage(full, key, EventType.MODIFIED, after, held)
+
     # -- write logic (inside a transaction) ----------------------------------------------------
 
     def _create(self, txn: _Transaction, obj: ObjT) -> ObjT:

@@ -6,10 +6,13 @@ rather than skip: CI must run everything.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import secrets
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from controller.kube.client import ClientOptions, KubeClient, connect
 from hack.kube import Cluster, MissingBinariesError, paths, start_cluster, stop_cluster
 
 #: What the session's cluster and the tests run.
@@ -39,3 +42,24 @@ def kube_cluster(
         yield cluster
     finally:
         stop_cluster(directory)
+
+
+#: Tests' own requests are not what is measured: no client-side limit to speak of.
+FAST = ClientOptions(qps=1000.0, burst=1000)
+
+
+@pytest.fixture
+async def client(kube_cluster: Cluster) -> AsyncIterator[KubeClient]:
+    """An admin client of the session's cluster."""
+    async with await connect(kube_cluster.kubeconfig, options=FAST) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def namespace(client: KubeClient) -> AsyncIterator[str]:
+    """A namespace of the test's own, deleted after it."""
+    name = f"t-{secrets.token_hex(4)}"
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    await client.post("/api/v1/namespaces", json.dumps(body).encode())
+    yield name
+    await client.delete(f"/api/v1/namespaces/{name}")

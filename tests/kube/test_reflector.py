@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -89,23 +88,6 @@ async def create(client: KubeClient, kind: Kind, namespace: str, body: Any) -> d
 
 
 # --- fixtures --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def client(kube_cluster: Cluster) -> AsyncIterator[KubeClient]:
-    async with await connect(kube_cluster.kubeconfig, options=FAST) as opened:
-        yield opened
-
-
-@pytest.fixture
-async def namespace(client: KubeClient) -> AsyncIterator[str]:
-    name = f"r-{secrets.token_hex(4)}"
-    await client.post(
-        "/api/v1/namespaces",
-        dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
-    )
-    yield name
-    await client.delete(f"/api/v1/namespaces/{name}")
 
 
 async def service_account_made(client: KubeClient, namespace: str) -> None:

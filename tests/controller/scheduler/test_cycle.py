@@ -13,6 +13,7 @@ from apis.core import Node, Pod, Taint
 from controller.scheduler import framework as fw
 from controller.scheduler.cycle import abandon, prepare_binding, schedule_one
 from controller.scheduler.explain import fit_error_message
+from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.nodetable import NodeTable
 from controller.scheduler.podinfo import PodInfo
 from controller.scheduler.profile import (
@@ -373,3 +374,18 @@ def test_shared_zero_scores_are_read_only_and_recognized() -> None:
     assert not fw.is_zero_scores(np.zeros(4, dtype=np.int64))
     with pytest.raises(ValueError, match="read-only"):
         zeros[0] = 1
+
+
+def test_on_a_shared_cluster_only_pods_naming_a_profile_are_served() -> None:
+    """Kubernetes mode: kube-scheduler schedules ``default-scheduler`` pods, koordpy never."""
+    shared = SchedulerLoop(only_named=True)
+    alone = SchedulerLoop()
+    koord = make_pod("a", scheduler="koord-scheduler")
+    default = make_pod("b", scheduler="default-scheduler")
+    unnamed = make_pod("c", scheduler="")
+    assert shared.serves(koord)
+    assert alone.serves(koord)
+    assert not shared.serves(default)
+    assert not shared.serves(unnamed)
+    assert alone.serves(default)
+    assert alone.serves(unnamed)
