@@ -100,16 +100,17 @@ async def test_snapshots_follow_the_cluster_and_keep_identity(
     node = f"{namespace}-n1"
     await make_node(client, node)
     await make_pod(client, namespace, "p")
-    await until(store, lambda: store.exists(PODS, "p", namespace) and store.exists(NODES, node))
+    await make_pod(client, namespace, "q")  # unbound: nothing (kwok included) changes it
+    await until(store, lambda: store.exists(PODS, "q", namespace) and store.exists(NODES, node))
     first = store.snapshot()
-    held = store.get(NODES, node)
+    held = store.get(PODS, "q", namespace)
     await client.patch(
         resource_path(PODS, namespace, "p"),
         dumps({"metadata": {"labels": {"x": "y"}}}),
         kind=PODS,
     )
     await until(store, lambda: store.get(PODS, "p", namespace).metadata.labels.get("x") == "y")
-    assert store.get(NODES, node) is held  # unchanged: the very object, in every snapshot
+    assert store.get(PODS, "q", namespace) is held  # unchanged: the very object, in every snapshot
     assert first.get(PODS, "p", namespace).metadata.labels == {}  # an old snapshot stays
     await client.delete(resource_path(NODES, "", node))
 
