@@ -33,9 +33,10 @@ import os
 import socket
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 import msgspec
+from prometheus_client import Counter
 
 from controller.errors import AlreadyExists, Conflict, ControllerError, NotFound, TransientError
 from controller.kube.client import KubeClient
@@ -252,13 +253,13 @@ class Elected:
         components: Sequence[lifecycle.Component],
         *,
         name: str = "",
-        restarts_metric: Any = None,
+        restarts_metric: Counter | None = None,
     ) -> None:
         self.elector = elector
         self.components = list(components)
         self.name = name or f"leader-{elector.name}"
         self._restarts = (
-            restarts_metric if restarts_metric is not None else (lifecycle.restarts_counter(None))
+            restarts_metric if restarts_metric is not None else lifecycle.restarts_counter(None)
         )
         #: set while the components run (tests and the daemon's log read it)
         self.leading = asyncio.Event()

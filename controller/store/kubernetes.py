@@ -135,6 +135,18 @@ def _doc(obj: Object) -> dict[str, Any]:
     return doc
 
 
+def _sent(obj: Object, namespace: str) -> dict[str, Any]:
+    """``obj`` as koordpy sends it to be created or applied: without the metadata the server
+    sets, in ``namespace``."""
+    doc = _doc(obj)
+    meta = doc.setdefault("metadata", {})
+    for field in _SERVER_METADATA:
+        meta.pop(field, None)
+    if namespace:
+        meta["namespace"] = namespace
+    return doc
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -370,10 +382,17 @@ class KubeStore:
         namespace = write.obj.metadata.namespace if write.obj is not None else write.namespace
         return namespace or "default"
 
-    def _decode(self, kind: Kind, body: bytes, fallback: Object) -> Object:
+    def _decode(self, kind: Kind, body: bytes, fallback: Object | None) -> Object:
+        """The object the server answered with; ``fallback`` when it does not decode into
+        koordpy's Struct (a field it does not know), which is an error without one."""
         try:
             return decode_json(body, kind.type)
         except DecodeError as err:
+            if fallback is None:
+                raise StoreError(
+                    f"{kind.qualified_plural}: the server's answer does not decode: {err}",
+                    kind=kind,
+                ) from None
             log.debug("%s: the server's answer does not decode (%s)", kind.key, err)
             return fallback
 
@@ -409,14 +428,10 @@ class KubeStore:
         return await self._evict(kind, write)
 
     async def _create(self, kind: Kind, obj: Object) -> tuple[Object, Outcome]:
-        doc = _doc(obj)
-        meta = doc.get("metadata", {})
-        for field in _SERVER_METADATA:
-            meta.pop(field, None)
         namespace = (obj.metadata.namespace or "default") if kind.namespaced else ""
         body = await self.client.post(
             resource_path(kind, namespace),
-            msgspec.json.encode(doc),
+            msgspec.json.encode(_sent(obj, namespace)),
             params=self._params(),
             kind=kind,
             namespace=namespace,
@@ -476,8 +491,7 @@ class KubeStore:
             namespace=namespace,
             name=write.name,
         )
-        fallback = held if held is not None else decode_json(body, kind.type)
-        stored = self._decode(kind, body, fallback)
+        stored = self._decode(kind, body, held)
         same = held is not None and stored.metadata.resource_version == (
             held.metadata.resource_version
         )
@@ -487,12 +501,7 @@ class KubeStore:
         meta = obj.metadata
         namespace = (meta.namespace or "default") if kind.namespaced else ""
         held = self._held(kind, meta.name, namespace)
-        doc = _doc(obj)
-        doc_meta = doc.setdefault("metadata", {})
-        for field in _SERVER_METADATA:
-            doc_meta.pop(field, None)
-        if namespace:
-            doc_meta["namespace"] = namespace
+        doc = _sent(obj, namespace)
         status = doc.pop("status", None) if kind.key in self._status else None
         params = self._params(fieldManager=FIELD_MANAGER, force="true")
         where: dict[str, Any] = {"kind": kind, "namespace": namespace, "name": meta.name}
@@ -508,8 +517,7 @@ class KubeStore:
                         "apiVersion": doc["apiVersion"],
                         "kind": doc["kind"],
                         "metadata": {
-                            "name": meta.name,
-                            **({"namespace": namespace} if namespace else {}),
+                            k: v for k, v in doc["metadata"].items() if k in ("name", "namespace")
                         },
                         "status": status,
                     }

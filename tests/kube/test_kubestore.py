@@ -82,6 +82,15 @@ async def make_pod(client: KubeClient, namespace: str, name: str) -> None:
                 await asyncio.sleep(0.2)
 
 
+async def held_pod(client: KubeClient, store: KubeStore, namespace: str, name: str) -> Pod:
+    """A new pod (:func:`make_pod`), once the store holds it."""
+    await make_pod(client, namespace, name)
+    await until(store, lambda: store.exists(PODS, name, namespace))
+    pod = store.get(PODS, name, namespace)
+    assert isinstance(pod, Pod)
+    return pod
+
+
 async def make_node(client: KubeClient, name: str) -> None:
     body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
     await client.post(resource_path(NODES), dumps(body), kind=NODES)
@@ -120,10 +129,7 @@ async def test_bind_patches_the_prebind_annotations_then_binds(
 ) -> None:
     node = f"{namespace}-gpu"
     await make_node(client, node)
-    await make_pod(client, namespace, "gpu")
-    await until(store, lambda: store.exists(PODS, "gpu", namespace))
-    pod = store.get(PODS, "gpu", namespace)
-    assert isinstance(pod, Pod)
+    pod = await held_pod(client, store, namespace, "gpu")
     allocated = '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100"}}]}'
     bound = msgspec.structs.replace(
         pod,
@@ -153,10 +159,7 @@ async def test_bind_patches_the_prebind_annotations_then_binds(
 async def test_bind_of_a_pod_created_again_under_its_name_is_refused(
     client: KubeClient, store: KubeStore, namespace: str
 ) -> None:
-    await make_pod(client, namespace, "again")
-    await until(store, lambda: store.exists(PODS, "again", namespace))
-    old = store.get(PODS, "again", namespace)
-    assert isinstance(old, Pod)
+    old = await held_pod(client, store, namespace, "again")
     await client.delete(resource_path(PODS, namespace, "again"), dumps({"gracePeriodSeconds": 0}))
     await until(store, lambda: not store.exists(PODS, "again", namespace))
     [result] = await results(
@@ -176,9 +179,7 @@ async def test_bind_of_a_pod_created_again_under_its_name_is_refused(
 async def test_update_is_conditional_and_keeps_what_it_did_not_change(
     client: KubeClient, store: KubeStore, namespace: str
 ) -> None:
-    await make_pod(client, namespace, "u")
-    await until(store, lambda: store.exists(PODS, "u", namespace))
-    pod = store.get(PODS, "u", namespace)
+    pod = await held_pod(client, store, namespace, "u")
     labelled = msgspec.structs.replace(
         pod, metadata=msgspec.structs.replace(pod.metadata, labels={"a": "b"})
     )
@@ -199,9 +200,7 @@ async def test_update_is_conditional_and_keeps_what_it_did_not_change(
 async def test_eviction_goes_through_the_eviction_api(
     client: KubeClient, store: KubeStore, namespace: str
 ) -> None:
-    await make_pod(client, namespace, "e")
-    await until(store, lambda: store.exists(PODS, "e", namespace))
-    pod = store.get(PODS, "e", namespace)
+    pod = await held_pod(client, store, namespace, "e")
     [result] = await results(store.write([Write.evict(PODS, pod)]))
     assert not isinstance(result, StoreError), result
     assert result[1] is Outcome.DELETED
@@ -218,9 +217,7 @@ def _deleting(store: KubeStore, namespace: str) -> bool:
 async def test_an_invalid_write_is_a_result_and_an_event_on_the_object(
     client: KubeClient, store: KubeStore, namespace: str
 ) -> None:
-    await make_pod(client, namespace, "bad")
-    await until(store, lambda: store.exists(PODS, "bad", namespace))
-    pod = store.get(PODS, "bad", namespace)
+    pod = await held_pod(client, store, namespace, "bad")
     invalid = msgspec.structs.replace(
         pod, metadata=msgspec.structs.replace(pod.metadata, labels={"not a label!": "x"})
     )
