@@ -125,18 +125,22 @@ class AdmissionCheckState(Model):
     requeue_after_seconds: int | None = None
 
 
-class ReclaimState(Model):
+class ReclaimState(Model, omit_defaults=False):
+    #: Written even when 0: Koord-Queue's CRD requires it.
     replicas: int = 0
 
 
-class Admission(Model):
-    """What one pod set holds: admitted replicas, bound replicas, pending reclaim."""
+class Admission(Model, omit_defaults=False):
+    """What one pod set holds: admitted replicas, bound replicas, pending reclaim.
+
+    ``replicas``, ``running`` and ``resources`` are written even when 0 or empty (Koord-Queue's
+    CRD requires the first two); ``reclaim_state`` is left out unless set."""
 
     name: str
     replicas: int = 0
     resources: ResourceList = _NO_RESOURCES
     running: int = 0
-    reclaim_state: ReclaimState | None = None
+    reclaim_state: ReclaimState | msgspec.UnsetType = msgspec.UNSET
 
 
 class PodState(Model):

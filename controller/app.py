@@ -11,6 +11,11 @@ a local bus and bridges it to the broker of ``[mqtt]`` (every agent leaf of ever
 node's ``pods`` and ``nodeslo`` out). Over either, the ingest writes the agents' reports into
 the store, the node feed publishes each node's pods and NodeSLO, and liveness marks nodes that
 went offline or silent.
+
+``koordpy controller run --kubeconfig FILE`` (or ``--in-cluster``) builds the other kind of
+controller (:func:`open_kube_controller`): the cluster is the store
+(:class:`~controller.store.kubernetes.KubeStore`), and only the loops that koord-scheduler,
+koord-queue and koord-descheduler run on a cluster run, each set under Koordinator's Lease.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import msgspec
 from prometheus_client import CollectorRegistry, Counter
@@ -36,11 +43,15 @@ from controller.fleet.ingest import Ingest
 from controller.fleet.liveness import Liveness
 from controller.fleet.nodefeed import NodeFeed
 from controller.fleet.reports import WITHOUT_REPORT
-from controller.loops import LOOPS, LoopRunner, build_loops
+from controller.kube.client import ClientOptions, KubeClient, connect
+from controller.kube.election import Elected, LeaseElector, default_identity
+from controller.loops import LOOPS, LoopFactory, LoopRunner, build_loops
+from controller.queueing.jobcontroller import JobController
 from controller.queueing.loop import QueueingLoop
 from controller.queueing.metrics import QueueingMetrics
 from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.metrics import SchedulerMetrics
+from controller.store.kubernetes import KubeStore
 from controller.store.persistence import Lost, StorageFull
 from controller.store.sqlite import Store
 from runtime import lifecycle
@@ -48,7 +59,15 @@ from runtime.bus import Bus
 from runtime.exposition import MetricsEndpoint, serve_metrics
 from runtime.mqtt import controller_bridge
 
-__all__ = ["FLEET_QUEUE", "STORE_FILE", "Controller", "open_controller"]
+__all__ = [
+    "FLEET_QUEUE",
+    "KUBERNETES_LOOPS",
+    "STORE_FILE",
+    "Controller",
+    "KubeController",
+    "open_controller",
+    "open_kube_controller",
+]
 
 log = logging.getLogger(__name__)
 
@@ -139,23 +158,7 @@ async def open_controller(
     )
     await stack.enter_async_context(api)
     metrics = stack.enter_context(serve_metrics(metrics_address or cfg.metrics.address, registry))
-    scheduler_metrics = SchedulerMetrics(registry)
-    queueing_metrics = QueueingMetrics(registry)
-    descheduler_metrics = DeschedulerMetrics(registry)
-    loops = build_loops(
-        {
-            **LOOPS,
-            "queueing": functools.partial(
-                QueueingLoop,
-                functools.partial(queueing_plugins, cfg),
-                reclaim_min_runtime=cfg.queueing.reclaim_min_runtime,
-                status_interval=cfg.queueing.status_interval,
-                metrics=queueing_metrics,
-            ),
-            "scheduler": functools.partial(SchedulerLoop, metrics=scheduler_metrics),
-            "descheduler": functools.partial(DeschedulerLoop, metrics=descheduler_metrics),
-        }
-    )
+    loops = build_loops(_loop_table(cfg, registry))
     components: list[lifecycle.Component] = [
         LoopRunner(store, loops),
         # Beside the control loops, not among them: ``simulate`` keeps every Event of its run.
@@ -177,6 +180,120 @@ async def open_controller(
     return Controller(
         store=store,
         api=api,
+        metrics=metrics,
+        registry=registry,
+        restarts=restarts,
+        components=components,
+    )
+
+
+def _loop_table(
+    cfg: ControllerConfig, registry: CollectorRegistry, *, kubernetes: bool = False
+) -> dict[str, LoopFactory]:
+    """:data:`~controller.loops.LOOPS` configured by ``cfg``, their metrics in ``registry``.
+
+    ``kubernetes``: only the loops of koord-scheduler, koord-queue and koord-descheduler
+    (:data:`KUBERNETES_LOOPS`); the scheduler serves only pods naming one of its profiles, and
+    the jobs loop leaves pods to the job kinds' own controllers."""
+    table: dict[str, LoopFactory] = {
+        **LOOPS,
+        "queueing": functools.partial(
+            QueueingLoop,
+            functools.partial(queueing_plugins, cfg),
+            reclaim_min_runtime=cfg.queueing.reclaim_min_runtime,
+            status_interval=cfg.queueing.status_interval,
+            metrics=QueueingMetrics(registry),
+        ),
+        "scheduler": functools.partial(
+            SchedulerLoop, metrics=SchedulerMetrics(registry), only_named=kubernetes
+        ),
+        "descheduler": functools.partial(DeschedulerLoop, metrics=DeschedulerMetrics(registry)),
+    }
+    if not kubernetes:
+        return table
+    table["jobs"] = functools.partial(JobController, own_pods=False)
+    wanted = {name for names in KUBERNETES_LOOPS.values() for name in names}
+    return {name: factory for name, factory in table.items() if name in wanted}
+
+
+#: Kubernetes mode: the Lease each set of loops runs under (Koordinator's names) and the loops.
+#: The rest of :data:`~controller.loops.LOOPS` is what Kubernetes' own controllers (workloads,
+#: garbage collection), the kubelets (pod lifecycle), the API server (Event TTL) and
+#: koord-manager (NodeSLO) do on a cluster.
+KUBERNETES_LOOPS: Final[Mapping[str, tuple[str, ...]]] = {
+    "koord-scheduler": (
+        "jobs",
+        "queueing",
+        "reservations",
+        "scheduler",
+        "quota-revoke",
+        "podgroups",
+    ),
+    "koord-descheduler": ("descheduler", "migration"),
+}
+
+
+@dataclass(slots=True)
+class KubeController:
+    """A started controller of a Kubernetes cluster (``koordpy controller run --kubeconfig``)."""
+
+    client: KubeClient
+    store: KubeStore
+    metrics: MetricsEndpoint | None
+    registry: CollectorRegistry
+    restarts: Counter
+    components: list[lifecycle.Component] = field(default_factory=list)
+
+
+async def open_kube_controller(
+    stack: contextlib.AsyncExitStack,
+    cfg: ControllerConfig,
+    *,
+    kubeconfig: str | None,
+    context: str | None = None,
+    metrics_address: str | None = None,
+    sync_timeout: float = 120.0,
+) -> KubeController:
+    """Connect to the cluster (``kubeconfig``, None: in-cluster), fill the caches, start the
+    metrics; the loops of :data:`KUBERNETES_LOOPS`, each set under its Lease when
+    ``[kubernetes] leader_elect``. ``stack`` closes everything in reverse order.
+
+    No SQLite store and no koordpy API: the cluster is the store, kubectl the client."""
+    section = cfg.kubernetes
+    options = ClientOptions(qps=section.qps, burst=section.burst)
+    client = await connect(kubeconfig, context=context or section.context or None, options=options)
+    stack.push_async_callback(client.aclose)
+    store = KubeStore(
+        client,
+        config_namespace=section.config_namespace,
+        max_in_flight=section.max_in_flight,
+    )
+    stack.push_async_callback(store.aclose)
+    await store.start(sync_timeout=sync_timeout)
+    registry = CollectorRegistry()
+    restarts = lifecycle.restarts_counter(registry)
+    metrics = stack.enter_context(serve_metrics(metrics_address or cfg.metrics.address, registry))
+    loops = build_loops(_loop_table(cfg, registry, kubernetes=True))
+    components: list[lifecycle.Component] = []
+    identity = section.identity or default_identity()
+    for lease, names in KUBERNETES_LOOPS.items():
+        runner = LoopRunner(store, [loop for loop in loops if loop.name in names], name=lease)
+        if not section.leader_elect:
+            components.append(runner)
+            continue
+        elector = LeaseElector(
+            client,
+            lease,
+            namespace=section.lease_namespace,
+            identity=identity,
+            lease_duration=section.lease_duration,
+            renew_deadline=section.renew_deadline,
+            retry_period=section.retry_period,
+        )
+        components.append(Elected(elector, [runner], restarts_metric=restarts))
+    return KubeController(
+        client=client,
+        store=store,
         metrics=metrics,
         registry=registry,
         restarts=restarts,

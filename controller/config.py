@@ -20,6 +20,14 @@ Every key is optional; an unknown key is an error naming it (exit status 2). Exa
 
     [metrics]
     address = ":9317"
+
+    [kubernetes]                  # only for `koordpy controller run --kubeconfig/--in-cluster`
+    kubeconfig = "/etc/koordpy/kubeconfig"   # default: --kubeconfig, else in-cluster
+    context = ""                  # default: the kubeconfig's current context
+    qps = 50                      # client-side rate limit, requests per second
+    burst = 100
+    leader_elect = true           # Leases koord-scheduler and koord-descheduler
+    lease_namespace = "koordinator-system"
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ __all__ = [
     "ControllerConfig",
     "ControllerSection",
     "IngestSection",
+    "KubernetesSection",
     "MetricsSection",
     "StoreSection",
     "load",
@@ -126,6 +135,44 @@ class QueueingSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     status_interval: Annotated[float, msgspec.Meta(gt=0)] = 15.0
 
 
+class KubernetesSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The cluster of ``koordpy controller run --kubeconfig FILE`` (or ``--in-cluster``)."""
+
+    #: Kubeconfig file. Default: ``--kubeconfig``, else the pod's service account.
+    kubeconfig: str = ""
+    #: Context of the kubeconfig. Default: its current context.
+    context: str = ""
+    #: Client-side rate limit (client-go's defaults), requests per second and burst.
+    qps: Annotated[float, msgspec.Meta(gt=0)] = 50.0
+    burst: Annotated[int, msgspec.Meta(ge=1)] = 100
+    #: Act only while holding the Leases ``koord-scheduler`` (scheduling, queueing,
+    #: reservations, quota) and ``koord-descheduler`` (descheduling, migration), so that two
+    #: replicas, or koordpy and Koordinator's own components, never both act. Default true.
+    leader_elect: bool = True
+    #: Namespace of the Leases. Default ``koordinator-system``.
+    lease_namespace: str = "koordinator-system"
+    #: Seconds: how long a Lease holds, the holder's renewal deadline and the retry period
+    #: (client-go's 15, 10 and 2; ``0 < retry < renew_deadline < lease_duration``).
+    lease_duration: Annotated[float, msgspec.Meta(gt=0)] = 15.0
+    renew_deadline: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    retry_period: Annotated[float, msgspec.Meta(gt=0)] = 2.0
+    #: This replica's name in the Leases. Default ``hostname_uuid``.
+    identity: str = ""
+    #: Namespace of the configuration ConfigMaps (``koord-scheduler-config``,
+    #: ``koord-descheduler-config``, ``slo-controller-config``). Default ``koordinator-system``.
+    config_namespace: str = "koordinator-system"
+    #: Writes in flight at once. Default 100.
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 100
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError(
+                "[kubernetes] needs 0 < retry_period < renew_deadline < lease_duration, got"
+                f" retry_period={self.retry_period}, renew_deadline={self.renew_deadline},"
+                f" lease_duration={self.lease_duration}"
+            )
+
+
 class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     controller: ControllerSection = msgspec.field(default_factory=ControllerSection)
     api: ApiSection = msgspec.field(default_factory=ApiSection)
@@ -133,6 +180,7 @@ class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     metrics: MetricsSection = msgspec.field(default_factory=MetricsSection)
     ingest: IngestSection = msgspec.field(default_factory=IngestSection)
     queueing: QueueingSection = msgspec.field(default_factory=QueueingSection)
+    kubernetes: KubernetesSection = msgspec.field(default_factory=KubernetesSection)
     #: The broker of ``[ingest] transport = "mqtt"``.
     mqtt: MqttSettings = msgspec.field(default_factory=MqttSettings)
 

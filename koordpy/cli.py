@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "describe": "controller.cli.commands:describe",
     "delete": "controller.cli.commands:delete",
     "simulate": "controller.simulate:main",
+    "crds": "controller.kube.crds:main",
 }
 
 
@@ -133,6 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="start an empty store where the state dir's database was lost ([store] start_fresh)",
     )
     run.add_argument("--metrics-address", help="metrics listen address (default :9317)")
+    cluster = run.add_mutually_exclusive_group()
+    cluster.add_argument(
+        "--kubeconfig",
+        help="control this Kubernetes cluster instead of the embedded store ([kubernetes])",
+    )
+    cluster.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="control the cluster this pod runs in, as its service account",
+    )
+    run.add_argument("--context", help="kubeconfig context (default: its current one)")
 
     apply = sub.add_parser("apply", parents=[api], help="create or update objects from files")
     apply.add_argument(
@@ -174,10 +186,40 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = sub.add_parser(
         "simulate", help="run every control loop on a scenario file under a simulated clock"
     )
-    simulate.add_argument("-f", "--filename", required=True, help="scenario YAML (multi-document)")
-    simulate.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    simulate.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        help="scenario YAML (multi-document); with --from-cluster, the what-if applied on top",
+    )
+    simulate.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json", "table"),
+        help="yaml/json: every object (with --from-cluster: the changes); table: the changes"
+        " (default: yaml, table with --from-cluster)",
+    )
+    simulate.add_argument(
+        "--from-cluster",
+        action="store_true",
+        help="start from a read-only snapshot of a Kubernetes cluster and print what would change",
+    )
+    simulate.add_argument(
+        "--kubeconfig", help="with --from-cluster: the cluster's kubeconfig (default: in-cluster)"
+    )
+    simulate.add_argument("--context", help="kubeconfig context (default: its current one)")
     simulate.add_argument(
         "--max-time", default="1h", help="simulated time limit, a duration (default 1h)"
+    )
+
+    crds = sub.add_parser(
+        "crds", help="print the CustomResourceDefinitions of koordpy's custom kinds"
+    )
+    crds.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    crds.add_argument(
+        "--job-kinds",
+        action="store_true",
+        help="also the job kinds' (PyTorchJob, RayJob...), for a cluster without their operators",
     )
     return parser
 

@@ -67,6 +67,10 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler ``setup_logging`` owns (so a second call replaces it)."""
 
 
+#: Libraries whose INFO records are one per request.
+CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore")
+
+
 def setup_logging(
     level: int | str = logging.INFO,
     *,
@@ -94,4 +98,8 @@ def setup_logging(
         old.close()
     root.addHandler(handler)
     root.setLevel(level)
+    # HTTP clients log every request at INFO (a Kubernetes controller makes thousands a
+    # minute): only their warnings, unless asked for debug.
+    for chatty in CHATTY_LOGGERS:
+        logging.getLogger(chatty).setLevel(level if level <= logging.DEBUG else logging.WARNING)
     return handler

@@ -51,6 +51,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from apis import constants as k
+from apis.queueing import ReclaimState
 from controller.queueing import phases
 from controller.queueing.framework import (
     Code,
@@ -683,7 +684,7 @@ class Engine:
         preemption at a time per queue."""
         assumed = [self.units[uid] for uid in queue.assumed if uid in self.units]
         if any(
-            a.reclaim_state is not None and a.reclaim_state.replicas > 0
+            isinstance(a.reclaim_state, ReclaimState) and a.reclaim_state.replicas > 0
             for unit in assumed
             for a in unit.obj.status.admissions
         ):

@@ -46,6 +46,11 @@ controller too, since ``koordpy up``/``simulate`` have no Kubernetes):
    ±10 %; the state is cleared when the unit reaches ``Running``).
 7. **Delete.** A deleted job's QueueUnit and pods are deleted.
 
+On Kubernetes (``JobController(own_pods=False)``) the job kinds' own controllers run: the
+loop keeps every unit write and the job's ``suspend`` (3, 5, 6), and leaves the pods, the job's
+status and the Events about them to those controllers (so replica-level admission, which
+gates pods, is theirs too: a released job runs all its pods).
+
 A pass looks only at jobs whose object, QueueUnit or pods changed since the last pass (each
 compared by identity with what the last pass saw) or whose timer is due, so an idle pass
 costs a few identity checks. A pass's writes go out in one batch (:class:`Outbox`); the
@@ -82,6 +87,7 @@ from apis.queueing import (
     QueueUnit,
     QueueUnitSpec,
     QueueUnitStatus,
+    ReclaimState,
 )
 from controller.errors import NotFound, StoreError
 from controller.events import NORMAL, WARNING, EventRecorder
@@ -522,10 +528,10 @@ def _run(
         if admission is not None:
             replicas = admission.replicas
             reclaim = admission.reclaim_state
-            if reclaim is not None and reclaim.replicas > 0:
+            if isinstance(reclaim, ReclaimState) and reclaim.replicas > 0:
                 unbound = len(live) + len(created) - bound
                 replicas -= min(reclaim.replicas, unbound)
-                reclaim = None
+                reclaim = msgspec.UNSET
             replicas = max(replicas, bound)
             if pod_set.count < replicas:
                 replicas = max(pod_set.count, len(live) + len(created))
@@ -570,11 +576,44 @@ def plan_job(
     priority: PriorityResolver,
     *,
     last_job: Object | None = None,
+    own_pods: bool = True,
 ) -> JobPlan:
     """What one job needs, from its current objects (pure; the module docstring's rules).
 
     ``job`` None (or being deleted): the job is gone; ``last_job`` is how it was last seen.
+    ``own_pods`` false: the job kind's own controller (Kubernetes' Job controller, the
+    training operator...) makes and deletes the job's pods and writes its status, so the plan
+    holds neither pod writes, nor the job's status, nor the Events that controller records:
+    only the unit's writes and the job's ``suspend`` (or its kind's equivalent) and metadata.
     """
+    plan = _plan_job(
+        adapter, args, job, unit, pods, now, priority, last_job=last_job, own_pods=own_pods
+    )
+    if own_pods:
+        return plan
+    plan.create_pods.clear()
+    plan.update_pods.clear()
+    plan.delete_pods.clear()
+    plan.events.clear()
+    if plan.job is not None and job is not None and hasattr(job, "status"):
+        plan.job = msgspec.structs.replace(plan.job, status=job.status)
+        if plan.job == job:
+            plan.job = None
+    return plan
+
+
+def _plan_job(
+    adapter: JobAdapter,
+    args: ExtensionArgs,
+    job: Object | None,
+    unit: QueueUnit | None,
+    pods: Sequence[Pod],
+    now: datetime,
+    priority: PriorityResolver,
+    *,
+    last_job: Object | None,
+    own_pods: bool,
+) -> JobPlan:
     plan = JobPlan()
     if job is None or job.metadata.deletion_timestamp is not None:
         gone = job or last_job
@@ -604,7 +643,7 @@ def plan_job(
         )
         return plan
     grouped = _group(pods)
-    current = adapter.observe(job, grouped, now)
+    current = adapter.observe(job, grouped, now) if own_pods else job
     sets = adapter.pod_sets(current, grouped)
     new = _synced_spec(unit, current, sets)
     phase = new.status.phase
@@ -639,7 +678,7 @@ def plan_job(
             if now < due:
                 plan.wake_at = due
         current, new = _run(plan, adapter, current, new, sets, grouped, now)
-        if plan.create_pods or plan.delete_pods:
+        if own_pods and (plan.create_pods or plan.delete_pods):
             # The job's status as its controller will see it once these writes land.
             deleted = {p.metadata.name for p in plan.delete_pods}
             after = [p for p in pods if p.metadata.name not in deleted]
@@ -755,7 +794,11 @@ class JobController:
         extensions: Mapping[str, JobAdapter] | None = None,
         *,
         args: Mapping[str, ExtensionArgs] | None = None,
+        own_pods: bool = True,
     ) -> None:
+        #: whether this loop is also the job kinds' own controller (see :func:`plan_job`):
+        #: ``koordpy up`` and ``simulate``; not on Kubernetes, where those controllers run.
+        self.own_pods = own_pods
         self._adapters = dict(EXTENSIONS if extensions is None else extensions)
         given = dict(args or {})
         unknown = sorted(set(given) - set(self._adapters))
@@ -960,7 +1003,15 @@ class JobController:
             unit = self._units.get((namespace, adapter.unit_name(known)))
             pods = tuple(self._owned.get(known.metadata.uid, {}).values())
             plan = plan_job(
-                adapter, self._args[name], job, unit, pods, now, priority, last_job=last
+                adapter,
+                self._args[name],
+                job,
+                unit,
+                pods,
+                now,
+                priority,
+                last_job=last,
+                own_pods=self.own_pods,
             )
             if job is None:
                 self._uid_key.pop(known.metadata.uid, None)

@@ -20,14 +20,16 @@ counts as a change for :meth:`changed_after`. What the server stores comes back 
 watches, so a loop's own writes become visible later, as the seam allows:
 
 - **update** / **status update**: a JSON merge patch of the difference between the object as
-  the cache holds it and the one written (the status alone for a status update, to the
-  ``status`` subresource where the kind has one), carrying the resourceVersion read as its
-  precondition. So fields koordpy's Structs do not model are never dropped, and a stale
-  version fails with ``Conflict``, as a PUT would. An object not in the cache (an Event) is
-  PUT whole.
+  the cache holds it and the one written (the status alone for a status update), carrying the
+  resourceVersion read as its precondition; where the kind has a ``status`` subresource the
+  status part goes there (an update changes both, as on every backend). So fields koordpy's
+  Structs do not model are never dropped, and a stale version fails with ``Conflict``, as a
+  PUT would. An object not in the cache (an Event) is PUT whole.
 - **merge patch**: as given (a resourceVersion, when set, is its precondition).
-- **apply**: server-side apply (field manager ``koordpy``, forced), then the status through
-  the ``status`` subresource when the kind has one and the object carries one.
+- **apply**: a create, or (the object there) an update without version precondition, as
+  ``kubectl apply`` is the last writer's; a created object's status follows through its
+  subresource. Not server-side apply: that refuses any field the cluster's schema lacks (a
+  v1.8 QueueUnit has no ``status.conditions``), where a create or patch has it pruned.
 - **create**: POST; **delete**: DELETE with the uid (and resourceVersion, when asked) as
   preconditions.
 - **bind**: as koord-scheduler's PreBind and DefaultBinder: first one merge patch of what the
@@ -39,11 +41,19 @@ watches, so a loop's own writes become visible later, as the seam allows:
   429 (a PodDisruptionBudget refusing it) is an :class:`~controller.errors.Unavailable`
   result that the loop retries later, never turned into a delete.
 
+Every write is recorded under the field manager ``koordpy``. A batch whose writes all left
+the server's objects as they were does not count as a change (a loop writing a field the
+schema prunes is not woken by its own no-op to write it again).
+
+While a pod is being bound, the versions of it that are not bound yet (the PreBind patch's)
+are held back from the cache until the bound one arrives (or the binding fails), so no
+snapshot shows the pod annotated and unbound, to be bound again.
+
 A 5xx, a broken connection or a 429 (but an eviction's) is sent again up to
 :data:`WRITE_ATTEMPTS` times; what still fails is the write's result. A write the server
 refuses as invalid becomes a Warning Event on the object (reason ``FailedWrite``) beside its
 result, so the refusal is seen where the object is (``kubectl describe``), and the loop goes
-on.
+on (the same refusal of the same object is reported once per :data:`EVENT_REPEAT`).
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -63,13 +74,13 @@ from apis.errors import DecodeError
 from apis.kinds import Kind, Registry, default_registry
 from apis.meta import Object, ObjectMeta, ObjectReference
 from controller.errors import (
+    AlreadyExists,
     Invalid,
     NotFound,
     StoreError,
     Unavailable,
 )
 from controller.kube.client import (
-    APPLY_PATCH,
     MERGE_PATCH,
     KubeClient,
     ServerUnavailable,
@@ -88,12 +99,14 @@ log = logging.getLogger(__name__)
 
 #: Where Koordinator's components read their ConfigMaps.
 CONFIG_NAMESPACE: Final = "koordinator-system"
-#: The field manager of koordpy's server-side applies.
+#: The field manager koordpy's writes are recorded under (``managedFields``).
 FIELD_MANAGER: Final = "koordpy"
 #: Tries of a write the server did not do (5xx, 429, no answer).
 WRITE_ATTEMPTS: Final = 3
 #: Seconds before the second try of such a write (doubled for each later one).
 RETRY_DELAY: Final = 0.2
+#: Seconds within which the same refusal of the same object makes no second Event.
+EVENT_REPEAT: Final = 600.0
 #: Requests in flight at once, by default.
 DEFAULT_MAX_IN_FLIGHT: Final = 100
 #: Metadata the server sets, left out of what koordpy applies.
@@ -147,6 +160,16 @@ def _sent(obj: Object, namespace: str) -> dict[str, Any]:
     return doc
 
 
+class _VersionMeta(msgspec.Struct, frozen=True, rename="camel"):
+    resource_version: str = ""
+
+
+class _Versioned(msgspec.Struct, frozen=True):
+    """Only the resourceVersion of an answer."""
+
+    metadata: _VersionMeta = _VersionMeta()
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -179,6 +202,12 @@ class KubeStore:
         self._status: set[str] = set()
         self._served: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: pods with a binding sent and not seen bound yet: (namespace, name) -> uid, and the
+        #: unbound version of each that came since (shown only if the binding fails)
+        self._binding: dict[tuple[str, str], str] = {}
+        self._held_back: dict[tuple[str, str], Delta] = {}
+        #: (kind, namespace, name, message) -> when its FailedWrite Event was last made
+        self._reported: dict[tuple[str, str, str, str], datetime] = {}
         self._version = 0
         self._wake = asyncio.Event()
         self._failure: BaseException | None = None
@@ -308,8 +337,38 @@ class KubeStore:
         return self._cache.watch(kind)
 
     def _mirror(self, kind: Kind, deltas: Sequence[Delta]) -> None:
+        if self._binding and kind.type is Pod:
+            deltas = [d for d in deltas if not self._hold_back(d)]
+            if not deltas:
+                return
         self._cache.mirror(kind, ((d.before, d.after) for d in deltas))
         self._tick()
+
+    def _hold_back(self, delta: Delta) -> bool:
+        """Whether ``delta`` is a version of a pod being bound that is not bound yet (the
+        PreBind patch's): held back, so no snapshot shows the pod between its two writes."""
+        obj = delta.after if delta.after is not None else delta.before
+        if obj is None:
+            return False
+        key = (obj.metadata.namespace, obj.metadata.name)
+        uid = self._binding.get(key)
+        if uid is None:
+            return False
+        bound = isinstance(delta.after, Pod) and bool(delta.after.spec.node_name)
+        if delta.after is None or obj.metadata.uid != uid or bound:
+            del self._binding[key]
+            self._held_back.pop(key, None)
+            return False
+        self._held_back[key] = delta
+        return True
+
+    def _bind_failed(self, key: tuple[str, str]) -> None:
+        """A binding that did not happen: the versions held back are shown."""
+        self._binding.pop(key, None)
+        delta = self._held_back.pop(key, None)
+        if delta is not None:
+            self._cache.mirror(self._registry.for_type(Pod), [(delta.before, delta.after)])
+            self._tick()
 
     def _held(self, kind: Kind, name: str, namespace: str) -> Object | None:
         try:
@@ -327,10 +386,16 @@ class KubeStore:
         self._spawn(self._send(list(writes), pending), name="writes")
         return pending
 
-    async def _send(self, writes: list[Write], pending: Pending) -> None:
+    async def _send(self, writes: list[Write], pending: Pending, *, wake: bool = True) -> None:
         results: list[Result] = list(await asyncio.gather(*(self._attempt(w) for w in writes)))
         pending.resolve(results)
-        self._tick()
+        # Only a batch that changed something wakes the loops: one that changed nothing (a
+        # field the schema prunes written again) or failed (a refused write) is seen at the
+        # next change, so a loop is never woken by its own no-op or refusal to repeat it.
+        if wake and any(
+            not isinstance(r, StoreError) and r[1] is not Outcome.UNCHANGED for r in results
+        ):
+            self._tick()
 
     async def _attempt(self, write: Write) -> Result:
         verb = write.verb.value
@@ -396,7 +461,9 @@ class KubeStore:
             log.debug("%s: the server's answer does not decode (%s)", kind.key, err)
             return fallback
 
-    def _params(self, **params: str) -> dict[str, str]:
+    def _params(self, *, manager: bool = True, **params: str) -> dict[str, str]:
+        if manager:
+            params["fieldManager"] = FIELD_MANAGER
         if self._dry_run:
             params["dryRun"] = "All"
         return params
@@ -429,24 +496,42 @@ class KubeStore:
 
     async def _create(self, kind: Kind, obj: Object) -> tuple[Object, Outcome]:
         namespace = (obj.metadata.namespace or "default") if kind.namespaced else ""
-        body = await self.client.post(
+        sent = _sent(obj, namespace)
+        try:
+            body = await self._post(kind, namespace, sent)
+        except AlreadyExists:
+            if kind.type is not Event:
+                raise
+            # Events are not watched, so a recorder cannot see the names taken (by another
+            # loop's Event of the same second): this one gets a name of its own.
+            sent["metadata"]["name"] = f"{obj.metadata.name}-{secrets.token_hex(3)}"
+            body = await self._post(kind, namespace, sent)
+        return self._decode(kind, body, obj), Outcome.CREATED
+
+    async def _post(self, kind: Kind, namespace: str, doc: dict[str, Any]) -> bytes:
+        return await self.client.post(
             resource_path(kind, namespace),
-            msgspec.json.encode(_sent(obj, namespace)),
+            msgspec.json.encode(doc),
             params=self._params(),
             kind=kind,
             namespace=namespace,
-            name=obj.metadata.name,
+            name=doc["metadata"].get("name", ""),
         )
-        return self._decode(kind, body, obj), Outcome.CREATED
 
-    async def _update(self, kind: Kind, obj: Object, *, status: bool) -> tuple[Object, Outcome]:
+    async def _update(
+        self, kind: Kind, obj: Object, *, status: bool, held: Object | None = None
+    ) -> tuple[Object, Outcome]:
+        """A merge patch of what changed from ``held`` (default: the cached object); for a
+        kind with a ``status`` subresource the status goes there (an update writes both, as
+        every backend's update does)."""
         meta = obj.metadata
         namespace = (meta.namespace or "default") if kind.namespaced else ""
-        held = self._held(kind, meta.name, namespace)
-        subresource = "status" if status and kind.key in self._status else ""
-        path = resource_path(kind, namespace, meta.name, subresource)
+        if held is None:
+            held = self._held(kind, meta.name, namespace)
+        has_status = kind.key in self._status
         where: dict[str, Any] = {"kind": kind, "namespace": namespace, "name": meta.name}
         if held is None:  # not cached (an Event): the whole object, as written
+            path = resource_path(kind, namespace, meta.name, "status" if status else "")
             body = await self.client.put(path, encode(obj), params=self._params(), **where)
             return self._decode(kind, body, obj), Outcome.CONFIGURED
         before, after = _doc(held), _doc(obj)
@@ -454,23 +539,35 @@ class KubeStore:
             before = {"status": before.get("status", {})}
             after = {"status": after.get("status", {})}
         patch = merge_diff(before, after)
-        if isinstance(patch, dict):
-            patch.get("metadata", {}).pop("resourceVersion", None)
-            if not patch.get("metadata", True):
+        if not isinstance(patch, dict):
+            patch = {}
+        metadata = patch.get("metadata")
+        if isinstance(metadata, dict):
+            metadata.pop("resourceVersion", None)
+            if not metadata:
                 del patch["metadata"]
-        if not patch:
+        status_patch: dict[str, Any] = {}
+        if has_status and "status" in patch:
+            status_patch = {"status": patch.pop("status")}
+        if not patch and not status_patch:
             return held, Outcome.UNCHANGED
         version = meta.resource_version
-        if version:
-            patch.setdefault("metadata", {})["resourceVersion"] = version
-        body = await self.client.patch(
-            path,
-            msgspec.json.encode(patch),
-            content_type=MERGE_PATCH,
-            params=self._params(),
-            **where,
-        )
-        stored = self._decode(kind, body, obj)
+        stored = held
+        for body_patch, subresource in ((patch, ""), (status_patch, "status")):
+            if not body_patch:
+                continue
+            if version:
+                body_patch.setdefault("metadata", {})["resourceVersion"] = version
+            answer = await self.client.patch(
+                resource_path(kind, namespace, meta.name, subresource),
+                msgspec.json.encode(body_patch),
+                content_type=MERGE_PATCH,
+                params=self._params(),
+                **where,
+            )
+            stored = self._decode(kind, answer, obj)
+            if version:  # the next part is conditional on this one's version
+                version = stored.metadata.resource_version
         same = stored.metadata.resource_version == held.metadata.resource_version
         return stored, Outcome.UNCHANGED if same else Outcome.CONFIGURED
 
@@ -498,39 +595,39 @@ class KubeStore:
         return stored, Outcome.UNCHANGED if same else Outcome.CONFIGURED
 
     async def _apply(self, kind: Kind, obj: Object) -> tuple[Object, Outcome]:
+        """Create, or update what differs from the object stored (no version precondition:
+        apply is the last writer's, as ``kubectl apply``). Fields the cluster's schema does
+        not declare are pruned by the server, as it prunes them for kubectl."""
         meta = obj.metadata
         namespace = (meta.namespace or "default") if kind.namespaced else ""
         held = self._held(kind, meta.name, namespace)
-        doc = _sent(obj, namespace)
-        status = doc.pop("status", None) if kind.key in self._status else None
-        params = self._params(fieldManager=FIELD_MANAGER, force="true")
-        where: dict[str, Any] = {"kind": kind, "namespace": namespace, "name": meta.name}
-        path = resource_path(kind, namespace, meta.name)
-        body = await self.client.patch(
-            path, msgspec.json.encode(doc), content_type=APPLY_PATCH, params=params, **where
+        unversioned = msgspec.structs.replace(
+            obj, metadata=msgspec.structs.replace(meta, resource_version="")
         )
-        if status:
-            body = await self.client.patch(
-                resource_path(kind, namespace, meta.name, "status"),
-                msgspec.json.encode(
-                    {
-                        "apiVersion": doc["apiVersion"],
-                        "kind": doc["kind"],
-                        "metadata": {
-                            k: v for k, v in doc["metadata"].items() if k in ("name", "namespace")
-                        },
-                        "status": status,
-                    }
-                ),
-                content_type=APPLY_PATCH,
-                params=params,
-                **where,
+        if held is not None:
+            return await self._update(kind, unversioned, status=False, held=held)
+        try:
+            created, _ = await self._create(kind, unversioned)
+        except AlreadyExists:  # the cache is behind: what is stored is the base
+            answer = await self.client.get(
+                resource_path(kind, namespace, meta.name),
+                kind=kind,
+                namespace=namespace,
+                name=meta.name,
             )
-        stored = self._decode(kind, body, obj)
-        if held is None:
-            return stored, Outcome.CREATED
-        same = stored.metadata.resource_version == held.metadata.resource_version
-        return stored, Outcome.UNCHANGED if same else Outcome.CONFIGURED
+            current = self._decode(kind, answer, None)
+            return await self._update(kind, unversioned, status=False, held=current)
+        if kind.key not in self._status or not _doc(unversioned).get("status"):
+            return created, Outcome.CREATED
+        # The server left the status out of the create: it goes to its subresource.
+        versioned = msgspec.structs.replace(
+            obj,
+            metadata=msgspec.structs.replace(
+                meta, resource_version=created.metadata.resource_version
+            ),
+        )
+        stored, _ = await self._update(kind, versioned, status=True, held=created)
+        return stored, Outcome.CREATED
 
     def _preconditions(self, write: Write) -> dict[str, str]:
         preconditions: dict[str, str] = {}
@@ -551,7 +648,7 @@ class KubeStore:
         body = await self.client.delete(
             resource_path(kind, namespace, name),
             msgspec.json.encode(options),
-            params=self._params(),
+            params=self._params(manager=False),
             kind=kind,
             namespace=namespace,
             name=name,
@@ -586,29 +683,45 @@ class KubeStore:
             for field in ("annotations", "labels")
             if (diff := merge_diff(before.get(field, {}), after.get(field, {})))
         }
-        if changed:
-            # PreBind: what the scheduler's plugins added, with the uid as a precondition.
-            patch = {"metadata": {"uid": held.metadata.uid, **changed}}
-            await self.client.patch(
-                resource_path(kind, namespace, meta.name),
-                msgspec.json.encode(patch),
-                content_type=MERGE_PATCH,
+        key = (namespace, meta.name)
+        self._binding[key] = held.metadata.uid
+        # The version the server gives the pod when bound is not in the binding's answer;
+        # this one (the PreBind patch's, else none) only says the pod is no longer the one
+        # read, so that a loop's assumed pod stays shown until the bound one is seen.
+        version = ""
+        try:
+            if changed:
+                # PreBind: what the scheduler's plugins added, with the uid as a precondition.
+                patch = {"metadata": {"uid": held.metadata.uid, **changed}}
+                answer = await self.client.patch(
+                    resource_path(kind, namespace, meta.name),
+                    msgspec.json.encode(patch),
+                    content_type=MERGE_PATCH,
+                    params=self._params(),
+                    **where,
+                )
+                version = msgspec.json.decode(answer, type=_Versioned).metadata.resource_version
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": meta.name, "namespace": namespace, "uid": held.metadata.uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            }
+            await self.client.post(
+                resource_path(kind, namespace, meta.name, "binding"),
+                msgspec.json.encode(binding),
                 params=self._params(),
                 **where,
             )
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": meta.name, "namespace": namespace, "uid": held.metadata.uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        await self.client.post(
-            resource_path(kind, namespace, meta.name, "binding"),
-            msgspec.json.encode(binding),
-            params=self._params(),
-            **where,
+        except BaseException:
+            self._bind_failed(key)
+            raise
+        if self._dry_run:
+            self._bind_failed(key)
+        bound = msgspec.structs.replace(
+            pod, metadata=msgspec.structs.replace(meta, resource_version=version)
         )
-        return pod, Outcome.CONFIGURED
+        return bound, Outcome.CONFIGURED
 
     async def _evict(self, kind: Kind, write: Write) -> tuple[Object, Outcome]:
         name = self._name_of(write)
@@ -624,7 +737,7 @@ class KubeStore:
         await self.client.post(
             resource_path(kind, namespace, name, "eviction"),
             msgspec.json.encode(eviction),
-            params=self._params(),
+            params=self._params(manager=False),
             kind=kind,
             namespace=namespace,
             name=name,
@@ -645,6 +758,13 @@ class KubeStore:
         obj = write.obj or self._held(kind, name, namespace)
         now = _now().replace(microsecond=0)
         message = f"{write.verb.value} refused by the API server: {err.message}"
+        said = (kind.key, namespace, name, message)
+        last = self._reported.get(said)
+        if last is not None and (now - last).total_seconds() < EVENT_REPEAT:
+            return
+        if len(self._reported) > 1000:
+            self._reported.clear()
+        self._reported[said] = now
         event = Event(
             metadata=ObjectMeta(
                 name=f"{name}.{int(now.timestamp() * 1e9):x}",
@@ -666,7 +786,9 @@ class KubeStore:
             type="Warning",
             reporting_component=self._component,
         )
-        self._spawn(self._send([Write.create(event)], Pending()), name="invalid-write event")
+        self._spawn(
+            self._send([Write.create(event)], Pending(), wake=False), name="invalid-write event"
+        )
 
 
 def _require(write: Write) -> Object:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,17 @@ async def namespace(client: KubeClient) -> AsyncIterator[str]:
     await client.post("/api/v1/namespaces", json.dumps(body).encode())
     yield name
     await client.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture(scope="session")
+def koordinator_crds(kube_cluster: Cluster, shared_dir: Path) -> list[str]:
+    """Koordinator's v1.8.0 CRDs installed in the session's cluster (what a Koordinator user
+    has), established; the names of the CRDs."""
+    folder = shared_dir / "koordinator-crds" / "v1.8.0"
+    # Server-side: the largest schemas are over the client-side apply annotation's limit.
+    kube_cluster.kubectl("apply", "--server-side", "-f", str(folder), timeout=120.0)
+    listed = kube_cluster.kubectl("get", "-f", str(folder), "-o", "name").stdout.split()
+    kube_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", *listed, timeout=90.0
+    )
+    return [name.partition("/")[2] for name in listed]

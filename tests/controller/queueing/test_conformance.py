@@ -19,7 +19,13 @@ import pytest
 from apis import codec
 from apis import constants as k
 from apis.meta import LabelSelector, ObjectMeta
-from apis.queueing import AdmissionCheckState, Queue, QueueAdmissionCheck, QueueSpec
+from apis.queueing import (
+    AdmissionCheckState,
+    Queue,
+    QueueAdmissionCheck,
+    QueueSpec,
+    ReclaimState,
+)
 from controller.queueing import phases
 from controller.queueing.engine import NO_QUEUE_MESSAGE, WAIT_FOR_PODS_MESSAGE
 from controller.queueing.loop import DEQUEUED_MESSAGE, RESERVED_MESSAGE
@@ -334,7 +340,7 @@ def test_11_queue_preemption_marks_unbound_replicas_of_lower_units(harness: Harn
     harness.unit("high", count=2, cpu_m=1000, priority=10, annotations=to_queue, created=120)
     harness.settle()
     [admission] = harness.get("low").status.admissions
-    assert admission.reclaim_state is not None
+    assert isinstance(admission.reclaim_state, ReclaimState)
     assert admission.reclaim_state.replicas == 2
 
 

@@ -31,7 +31,8 @@ from apis.resources import ResourceList
 from controller.api.apply import apply as kubectl_apply
 from controller.loops import LoopContext
 from controller.queueing import phases
-from controller.queueing.jobcontroller import JobController, gate_pods
+from controller.queueing.jobcontroller import JobController, gate_pods, make_pod
+from controller.queueing.jobs import EXTENSIONS
 from controller.queueing.jobs.batchjob import Args as BatchArgs
 from controller.queueing.podlifecycle import PodLifecycle
 from controller.scheduler.loop import SchedulerLoop
@@ -317,6 +318,42 @@ def test_batch_job_resume_sets_suspend_false_and_start_time(harness: Harness) ->
     assert job.status.start_time == harness.clock()
     assert job.status.active == 2
     assert sorted(harness.pods()) == ["train-0", "train-1"]
+
+
+def test_beside_the_job_kinds_own_controllers_only_suspend_and_the_unit_are_written(
+    store: Store, clock: Clock
+) -> None:
+    """On Kubernetes the Job controller makes the pods and writes the Job's status: the queue
+    releases and holds the Job through ``spec.suspend`` alone and reports from its pods."""
+    harness = Harness(store, clock, JobController(own_pods=False))
+    kubectl_apply(harness.store, batch_job())
+    harness.run()
+    assert [u.status.phase for u in harness.units()] == [phases.ENQUEUED]
+    harness.admit("train")
+    harness.run()
+    job = harness.job(Job, "train")
+    assert isinstance(job, Job)
+    assert job.spec.suspend is False
+    assert job.status.start_time is None  # the Job controller's to write
+    assert job.status.conditions == ()
+    assert harness.pods() == {}
+    # the Job controller's pods, bound and running, make the unit Running
+    unit = harness.unit("train")
+    for index in range(2):
+        harness.store.create(make_pod(EXTENSIONS["job"], job, unit, unit.spec.pod_set[0], index))
+    harness.kubelet("train-0")
+    harness.run()
+    unit = harness.unit("train")
+    assert unit.status.phase == phases.RUNNING
+    assert unit.status.pod_state.running == 1
+    # evicted: suspended again; the pods are left to the Job controller
+    harness.engine("train", lambda u: evict(u, harness.clock(), phases.EVICTED_PREEMPTED))
+    harness.run()
+    job = harness.job(Job, "train")
+    assert isinstance(job, Job)
+    assert job.spec.suspend is True
+    assert job.status.conditions == ()
+    assert set(harness.pods()) == {"train-0", "train-1"}
 
 
 def test_batch_job_pods_carry_the_labels_kubernetes_gives_them(harness: Harness) -> None:
@@ -965,7 +1002,7 @@ def test_reclaim_state_shrinks_unbound_replicas(
     assert (admission.replicas, admission.running, admission.reclaim_state) == (
         replicas,
         bound,
-        None,
+        msgspec.UNSET,
     )
     unbound_open = [
         name

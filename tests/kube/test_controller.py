@@ -1,0 +1,409 @@
+"""``koordpy controller run --kubeconfig`` on a cluster as a Koordinator user has it.
+
+A cluster of this module's own (so that the examples' names, nodes and configuration are
+alone there) with Koordinator's v1.8.0 CRDs and the training operator's PyTorchJob CRD
+installed; kwok plays the kubelets and kube-controller-manager runs the Deployment, ReplicaSet
+and Job controllers. Two GPU nodes are made as koordpy's agents report them (a ``reserved``
+NVIDIA H100 node and an ``on-demand`` Ascend 910B3 node, with their Device objects), the
+controller is started as a user starts it, and ``examples/`` is applied with the real kubectl.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from agent.daemon import device_of
+from agent.devices.simulated import profile, simulate
+from agent.node import accelerator_resources
+from apis import codec
+from apis import constants as k
+from hack.kube import Cluster, start_cluster, stop_cluster
+
+pytestmark = pytest.mark.kube
+
+T = TypeVar("T")
+
+#: Node name -> (simulated device profile, ``karpenter.sh/capacity-type``), as ``--demo``.
+NODES = {
+    "demo-nvidia-h100": ("nvidia-h100", "reserved"),
+    "demo-ascend-910b3": ("ascend-910b3", "on-demand"),
+}
+NAMESPACES = ("koordinator-system", "koord-queue", "team-a", "team-b")
+WAIT = 60.0
+
+
+def eventually(what: str, probe: Callable[[], T | bool | None], timeout: float = WAIT) -> T:
+    """Poll ``probe`` (it reads the cluster) until it returns something other than None or
+    False."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.25)
+
+
+def get(cluster: Cluster, path: str) -> Any:
+    status, body = cluster.request("GET", path)
+    assert status == 200, body
+    return body
+
+
+def when(cluster: Cluster, path: str, check: Callable[[Any], bool]) -> Callable[[], Any]:
+    """A probe: the object at ``path`` once ``check`` holds for it."""
+
+    def probe() -> Any:
+        return found if check(found := get(cluster, path)) else None
+
+    return probe
+
+
+def create(cluster: Cluster, path: str, body: dict[str, Any]) -> Any:
+    status, answer = cluster.request("POST", path, body)
+    assert status == 201, answer
+    return answer
+
+
+def make_node(cluster: Cluster, name: str, device_profile: str, capacity_type: str) -> None:
+    """The Node and Device koordpy's agent reports for a node with this device profile."""
+    device = device_of(name, [simulate([profile(device_profile)], name)])
+    resources = {"cpu": "96", "memory": "768Gi", "pods": "110"}
+    resources.update(codec.to_builtins(accelerator_resources(device)))
+    node = create(
+        cluster,
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    k.LABEL_HOSTNAME: name,
+                    "karpenter.sh/capacity-type": capacity_type,
+                    "type": "kwok",
+                },
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+            },
+            "status": {"capacity": resources, "allocatable": resources},
+        },
+    )
+    body = codec.to_builtins(device)
+    for owner in body["metadata"].get("ownerReferences", []):
+        owner["uid"] = node["metadata"]["uid"]
+    create(cluster, "/apis/scheduling.koordinator.sh/v1alpha1/devices", body)
+
+
+@pytest.fixture(scope="module")
+def world(
+    kube_binaries: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+    shared_dir: Path,
+    repo_root: Path,
+) -> Iterator[tuple[Cluster, str]]:
+    """(the cluster, what ``kubectl apply -f examples/`` printed), the controller running."""
+    directory = tmp_path_factory.mktemp("kube-controller")
+    cluster = start_cluster(directory, kwok=True, timeout=90.0)
+    log_path = directory / "koordpy-controller.log"
+    controller: subprocess.Popen[bytes] | None = None
+    try:
+        crds = [
+            shared_dir / "koordinator-crds" / "v1.8.0",
+            repo_root / "tests" / "data" / "kube" / "pytorchjob-crd.yaml",
+        ]
+        files = [arg for crd in crds for arg in ("-f", str(crd))]
+        cluster.kubectl("apply", "--server-side", *files, timeout=120.0)
+        names = cluster.kubectl("get", *files, "-o", "name").stdout.split()
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        for namespace in NAMESPACES:
+            cluster.kubectl("create", "namespace", namespace)
+        for name, (device_profile, capacity_type) in NODES.items():
+            make_node(cluster, name, device_profile, capacity_type)
+        with log_path.open("wb") as log:
+            controller = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "koordpy",
+                    "controller",
+                    "run",
+                    "--kubeconfig",
+                    str(cluster.kubeconfig),
+                    "--metrics-address",
+                    "off",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=repo_root,
+            )
+
+        def leading() -> bool:
+            status, lease = cluster.request(
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/koordinator-system/leases/koord-scheduler",
+            )
+            return status == 200 and bool(lease["spec"].get("holderIdentity"))
+
+        eventually("koordpy to take the koord-scheduler Lease", leading)
+        applied = cluster.kubectl("apply", "-f", str(repo_root / "examples"))
+        yield cluster, applied.stdout
+    finally:
+        if controller is not None:
+            controller.terminate()
+            try:
+                controller.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                controller.kill()
+                controller.wait()
+            sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
+        stop_cluster(directory)
+
+
+def pods(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    return {
+        p["metadata"]["name"]: p
+        for p in get(cluster, f"/api/v1/namespaces/{namespace}/pods")["items"]
+    }
+
+
+def test_the_examples_apply_with_kubectl(world: tuple[Cluster, str], repo_root: Path) -> None:
+    cluster, printed = world
+    lines = printed.splitlines()
+    expected = 0
+    for path in sorted((repo_root / "examples").glob("*.yaml")):
+        expected += sum(1 for doc in codec.load_yaml_documents(path.read_text()) if doc)
+    assert len(lines) == expected, printed
+    assert all(line.endswith(" created") for line in lines), printed
+    # what was applied is what koordpy reads: the PyTorchJob got its QueueUnit
+    eventually(
+        "the PyTorchJob's QueueUnit",
+        lambda: (
+            cluster.request(
+                "GET",
+                "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/queueunits/resnet50-ddp-py-qu",
+            )[0]
+            == 200
+        ),
+    )
+
+
+def test_pods_naming_koord_scheduler_are_bound_gpu_pods_with_their_devices(
+    world: tuple[Cluster, str],
+) -> None:
+    cluster, _ = world
+    eventually(
+        "the example's pod-with-hint to be bound",
+        lambda: pods(cluster, "default")["pod-with-hint"]["spec"].get("nodeName"),
+    )
+    gpu = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cuda-1gpu"},
+        "spec": {
+            "schedulerName": "koord-scheduler",
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "nvidia/cuda",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+    create(cluster, "/api/v1/namespaces/default/pods", gpu)
+    plain = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "for-kube-scheduler"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    create(cluster, "/api/v1/namespaces/default/pods", plain)
+
+    def bound() -> dict[str, Any] | None:
+        pod = pods(cluster, "default")["cuda-1gpu"]
+        return pod if pod["spec"].get("nodeName") else None
+
+    pod = eventually("the GPU pod to be bound", bound)
+    assert pod["spec"]["nodeName"] == "demo-nvidia-h100"
+    allocated = json.loads(pod["metadata"]["annotations"][k.ANNOTATION_DEVICE_ALLOCATED])
+    [gpu_allocation] = allocated["gpu"]
+    assert gpu_allocation["resources"]["koordinator.sh/gpu-core"] == "100"
+    device = get(cluster, "/apis/scheduling.koordinator.sh/v1alpha1/devices/demo-nvidia-h100")
+    minors = {d["minor"] for d in device["spec"]["devices"]}
+    assert gpu_allocation["minor"] in minors
+    eventually(
+        "the bound GPU pod to run (kwok)",
+        lambda: pods(cluster, "default")["cuda-1gpu"]["status"].get("phase") == "Running",
+    )
+    # a pod for another scheduler is not koordpy's to bind
+    assert not pods(cluster, "default")["for-kube-scheduler"]["spec"].get("nodeName")
+
+
+def test_the_reservation_becomes_available_and_its_owners_allocate_from_it(
+    world: tuple[Cluster, str],
+) -> None:
+    cluster, _ = world
+    path = "/apis/scheduling.koordinator.sh/v1alpha1/reservations/reservation-demo-big"
+    reservation = eventually(
+        "reservation-demo-big to be Available",
+        when(cluster, path, lambda r: r.get("status", {}).get("phase") == "Available"),
+    )
+    assert reservation["status"]["nodeName"] == "demo-nvidia-h100"
+    uid = reservation["metadata"]["uid"]
+
+    def owners() -> list[dict[str, Any]] | None:
+        found = [
+            p
+            for name, p in pods(cluster, "default").items()
+            if name.startswith("app-demo-") and p["spec"].get("nodeName")
+        ]
+        return found if len(found) == 2 else None
+
+    for pod in eventually("both app-demo pods bound", owners):
+        allocated = json.loads(pod["metadata"]["annotations"][k.ANNOTATION_RESERVATION_ALLOCATED])
+        assert allocated == {"name": "reservation-demo-big", "uid": uid}
+        assert pod["spec"]["nodeName"] == "demo-nvidia-h100"
+    status = eventually(
+        "the reservation to list its two owners",
+        when(cluster, path, lambda r: len(r["status"].get("currentOwners", [])) == 2),
+    )["status"]
+    assert status["allocated"]["cpu"] == "4"
+
+
+def test_a_queued_job_is_admitted_against_its_quota_and_its_pods_are_bound(
+    world: tuple[Cluster, str],
+) -> None:
+    cluster, _ = world
+    unit_path = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/queueunits/preprocess-shards"
+    unit = eventually(
+        "the Job's QueueUnit to be admitted",
+        when(
+            cluster,
+            unit_path,
+            lambda u: u.get("status", {}).get("phase") in ("Dequeued", "Running"),
+        ),
+    )
+    assert unit["spec"]["consumerRef"]["name"] == "preprocess-shards"
+    [admission] = unit["status"]["admissions"]
+    assert admission["replicas"] == 4
+    job = get(cluster, "/apis/batch/v1/namespaces/team-a/jobs/preprocess-shards")
+    assert job["spec"]["suspend"] is False
+
+    def job_pods() -> list[dict[str, Any]] | None:
+        found = [
+            p
+            for p in pods(cluster, "team-a").values()
+            if p["metadata"].get("labels", {}).get("job-name") == "preprocess-shards"
+            and p["spec"].get("nodeName")
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        return found if len(found) == 4 else None
+
+    for pod in eventually("the Job controller's four pods to be bound", job_pods):
+        [owner] = pod["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("Job", "preprocess-shards")
+    quota = eventually(
+        "team-a's quota to count the job",
+        when(
+            cluster,
+            "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/team-a/elasticquotas/team-a",
+            lambda q: q.get("status", {}).get("used", {}).get("cpu") not in (None, "0"),
+        ),
+    )
+    # the job's 4 x 2 CPUs, beside what the admitted PyTorchJob holds
+    assert int(quota["status"]["used"]["cpu"]) >= 8
+
+
+def test_the_descheduler_migrates_a_deployments_pod_into_a_reservation(
+    world: tuple[Cluster, str],
+) -> None:
+    """The example's CustomPriority profile drains ``on-demand`` nodes: a Deployment's pod
+    there is moved through a PodMigrationJob, and the ReplicaSet's replacement lands in the
+    migration's reservation on the ``reserved`` node."""
+    cluster, _ = world
+    # a fresh on-demand node (the example's other one is drained and cordoned by now), Ready
+    make_node(cluster, "demo-ascend-300i-duo", "ascend-310p3-300i-duo", "on-demand")
+    eventually(
+        "the new node to be Ready",
+        when(
+            cluster,
+            "/api/v1/nodes/demo-ascend-300i-duo",
+            lambda n: any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n["status"].get("conditions", [])
+            ),
+        ),
+    )
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "team-b"},
+        "spec": {
+            # more than the example's maxUnavailablePerWorkload (3): a workload of fewer
+            # replicas is not migrated
+            "replicas": 4,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "schedulerName": "koord-scheduler",
+                    "containers": [
+                        {
+                            "name": "web",
+                            "image": "nginx",
+                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    # the pod lands on the new node: the reserved one is cordoned until it is bound there
+    cluster.kubectl("cordon", "demo-nvidia-h100")
+    create(cluster, "/apis/apps/v1/namespaces/team-b/deployments", deployment)
+    jobs = "/apis/scheduling.koordinator.sh/v1alpha1/podmigrationjobs"
+
+    def migration() -> dict[str, Any] | None:
+        for job in get(cluster, jobs)["items"]:
+            ref = job["spec"].get("podRef", {})
+            if (
+                ref.get("namespace") == "team-b"
+                and job.get("status", {}).get("phase") == "Succeeded"
+            ):
+                return job
+        return None
+
+    def placed() -> set[str] | None:
+        nodes = [p["spec"].get("nodeName") for p in pods(cluster, "team-b").values()]
+        return set(nodes) if len(nodes) == 4 and all(nodes) else None
+
+    assert eventually("the web pods to be bound", placed) == {"demo-ascend-300i-duo"}
+    cluster.kubectl("uncordon", "demo-nvidia-h100")
+    job = eventually("the web pod's PodMigrationJob to succeed", migration, timeout=90.0)
+    reservation = job["spec"]["reservationOptions"]["reservationRef"]["name"]
+
+    def replacement() -> dict[str, Any] | None:
+        for pod in pods(cluster, "team-b").values():
+            annotation = (
+                pod["metadata"].get("annotations", {}).get(k.ANNOTATION_RESERVATION_ALLOCATED)
+            )
+            if annotation and json.loads(annotation)["name"] == reservation:
+                return pod
+        return None
+
+    pod = eventually("the ReplicaSet's replacement in the reservation", replacement)
+    assert pod["metadata"]["name"] != job["spec"]["podRef"]["name"]
+    [owner] = pod["metadata"]["ownerReferences"]
+    assert owner["kind"] == "ReplicaSet"
+    assert pod["spec"]["nodeName"] == "demo-nvidia-h100"
+    evicted = pods(cluster, "team-b").get(job["spec"]["podRef"]["name"])
+    assert evicted is None or evicted["metadata"].get("deletionTimestamp")
