@@ -2,10 +2,13 @@
 
     python -m hack.kube up --dir DIR [--scheduler] [--kwok] [--timeout SECONDS]
     python -m hack.kube down --dir DIR [--timeout SECONDS]
+    python -m hack.kube nodes --dir DIR
     python -m hack.kube bin-dir
 
 ``up`` returns once the API server is ready, leaving the processes running; ``down`` stops
-them and leaves the logs. Exit status: 0 done, 1 the cluster failed, 2 bad arguments.
+them and leaves the logs; ``nodes`` adds ``koordpy up --demo``'s two GPU nodes with their
+Devices (:mod:`hack.kube.demo`; the Device CRD must be installed, kwok running).
+Exit status: 0 done, 1 the cluster failed, 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hack.kube import paths
-from hack.kube.cluster import ClusterError, start_cluster, stop_cluster
+from hack.kube.cluster import Cluster, ClusterError, start_cluster, stop_cluster
 
 log = logging.getLogger("hack.kube")
 
@@ -58,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=_positive, default=15.0, help="seconds between SIGTERM and SIGKILL"
     )
 
+    nodes = commands.add_parser(
+        "nodes", help="add the demo GPU nodes and their Devices to the cluster in DIR"
+    )
+    nodes.add_argument("--dir", type=Path, required=True, help="the directory `up` used")
+
     commands.add_parser("bin-dir", help="print where `make kube-bin` puts the binaries")
     return parser
 
@@ -76,6 +84,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     directory: Path = args.dir
     if directory.exists() and not directory.is_dir():
         parser.error(f"--dir {directory}: not a directory")
+    if args.command == "nodes":
+        from hack.kube.demo import DEMO_NODES, make_nodes
+
+        try:
+            make_nodes(Cluster.load(directory))
+        except ClusterError as error:
+            log.error("%s", error)
+            return 1
+        print("nodes:", ", ".join(DEMO_NODES))
+        return 0
 
     if args.command == "up":
         started = time.monotonic()

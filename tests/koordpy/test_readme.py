@@ -16,7 +16,9 @@ def _toml_blocks(repo_root: Path) -> list[str]:
 
 
 def test_readme_configs_parse(repo_root: Path) -> None:
-    controller_text, agent_text = _toml_blocks(repo_root)
+    kubernetes_text, controller_text, agent_text = _toml_blocks(repo_root)
+    kubernetes = configfile.parse_config(kubernetes_text, ControllerConfig).kubernetes
+    assert (kubernetes.qps, kubernetes.burst, kubernetes.lease_duration) == (50.0, 100, 15.0)
     controller = configfile.parse_config(controller_text, ControllerConfig)
     assert controller.store.synchronous == "NORMAL"
     assert controller.api.address == "0.0.0.0:7443"

@@ -20,22 +20,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-from agent.daemon import device_of
-from agent.devices.simulated import profile, simulate
-from agent.node import accelerator_resources
 from apis import codec
 from apis import constants as k
 from hack.kube import Cluster, start_cluster, stop_cluster
+from hack.kube.demo import make_node, make_nodes
 
 pytestmark = pytest.mark.kube
 
 T = TypeVar("T")
 
-#: Node name -> (simulated device profile, ``karpenter.sh/capacity-type``), as ``--demo``.
-NODES = {
-    "demo-nvidia-h100": ("nvidia-h100", "reserved"),
-    "demo-ascend-910b3": ("ascend-910b3", "on-demand"),
-}
 NAMESPACES = ("koordinator-system", "koord-queue", "team-a", "team-b")
 WAIT = 60.0
 
@@ -74,35 +67,6 @@ def create(cluster: Cluster, path: str, body: dict[str, Any]) -> Any:
     return answer
 
 
-def make_node(cluster: Cluster, name: str, device_profile: str, capacity_type: str) -> None:
-    """The Node and Device koordpy's agent reports for a node with this device profile."""
-    device = device_of(name, [simulate([profile(device_profile)], name)])
-    resources = {"cpu": "96", "memory": "768Gi", "pods": "110"}
-    resources.update(codec.to_builtins(accelerator_resources(device)))
-    node = create(
-        cluster,
-        "/api/v1/nodes",
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    k.LABEL_HOSTNAME: name,
-                    "karpenter.sh/capacity-type": capacity_type,
-                    "type": "kwok",
-                },
-                "annotations": {"kwok.x-k8s.io/node": "fake"},
-            },
-            "status": {"capacity": resources, "allocatable": resources},
-        },
-    )
-    body = codec.to_builtins(device)
-    for owner in body["metadata"].get("ownerReferences", []):
-        owner["uid"] = node["metadata"]["uid"]
-    create(cluster, "/apis/scheduling.koordinator.sh/v1alpha1/devices", body)
-
-
 @pytest.fixture(scope="module")
 def world(
     kube_binaries: dict[str, str],
@@ -126,8 +90,7 @@ def world(
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
         for namespace in NAMESPACES:
             cluster.kubectl("create", "namespace", namespace)
-        for name, (device_profile, capacity_type) in NODES.items():
-            make_node(cluster, name, device_profile, capacity_type)
+        make_nodes(cluster)
         with log_path.open("wb") as log:
             controller = subprocess.Popen(
                 [

@@ -24,7 +24,8 @@ import pytest
 
 from apis import constants as k
 from hack.kube import Cluster, start_cluster, stop_cluster
-from tests.kube.test_controller import create, eventually, get, make_node, pods, when
+from hack.kube.demo import make_node
+from tests.kube.test_controller import create, eventually, get, pods, when
 
 pytestmark = pytest.mark.kube
 
