@@ -68,7 +68,7 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 #: Libraries whose INFO records are one per request.
-CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore")
+CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
 
 
 def setup_logging(

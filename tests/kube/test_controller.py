@@ -210,6 +210,34 @@ def test_pods_naming_koord_scheduler_are_bound_gpu_pods_with_their_devices(
     # a pod for another scheduler is not koordpy's to bind
     assert not pods(cluster, "default")["for-kube-scheduler"]["spec"].get("nodeName")
 
+    # a pod no node can take is told why, as kube-scheduler tells it: PodScheduled=False and
+    # a FailedScheduling Event
+    too_big = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "too-big"},
+        "spec": {
+            "schedulerName": "koord-scheduler",
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "500"}}}
+            ],
+        },
+    }
+    create(cluster, "/api/v1/namespaces/default/pods", too_big)
+
+    def explained() -> dict[str, Any] | None:
+        conditions = pods(cluster, "default")["too-big"]["status"].get("conditions", [])
+        return next((c for c in conditions if c["type"] == "PodScheduled"), None)
+
+    condition = eventually("the unschedulable pod's PodScheduled condition", explained)
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert "nodes are available" in condition["message"]
+    events = get(cluster, "/api/v1/namespaces/default/events")["items"]
+    assert any(
+        e["involvedObject"]["name"] == "too-big" and e["reason"] == "FailedScheduling"
+        for e in events
+    )
+
 
 def test_the_reservation_becomes_available_and_its_owners_allocate_from_it(
     world: tuple[Cluster, str],
