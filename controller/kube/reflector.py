@@ -160,6 +160,7 @@ class _Meta(msgspec.Struct, frozen=True, rename="camel"):
     name: str = ""
     namespace: str = ""
     resource_version: str = ""
+    uid: str = ""
 
 
 class _MetaOnly(msgspec.Struct, frozen=True):
@@ -230,6 +231,7 @@ class Reflector:
         page_size: int = DEFAULT_PAGE_SIZE,
         watch_timeout: float = DEFAULT_WATCH_TIMEOUT,
         on_change: Callable[[Sequence[Delta]], None] | None = None,
+        on_undecodable: Callable[[Key, str, DecodeError], None] | None = None,
         backoff: Backoff | None = None,
     ) -> None:
         self.client = client
@@ -238,6 +240,8 @@ class Reflector:
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.on_change = on_change
+        #: told (key, uid, error) of each object version that does not decode
+        self.on_undecodable = on_undecodable
         self.backoff = backoff or Backoff()
         self._path = resource_path(kind, self.namespace)
         self._selectors: dict[str, str] = {}
@@ -408,7 +412,7 @@ class Reflector:
             except DecodeError as err:
                 ident = _identity(raw)
                 key = (ident.namespace, ident.name)
-                self._undecodable(key, err)
+                self._undecodable(key, err, ident.uid)
                 before = held.get(key)
                 if before is not None:
                     fresh[key] = before
@@ -422,11 +426,13 @@ class Reflector:
             fresh[key] = obj
         return page.metadata
 
-    def _undecodable(self, key: Key, err: DecodeError) -> None:
+    def _undecodable(self, key: Key, err: DecodeError, uid: str) -> None:
         self.decode_errors += 1
         namespace, name = key
         shown = f"{namespace}/{name}" if namespace else name
         log.error("%s: cannot decode %s: %s", self, shown, err)
+        if self.on_undecodable is not None:
+            self.on_undecodable(key, uid, err)
 
     # --- watch -------------------------------------------------------------------------------
 
@@ -485,7 +491,7 @@ class Reflector:
         except DecodeError as err:
             ident = _identity(event.object)
             key = (ident.namespace, ident.name)
-            self._undecodable(key, err)
+            self._undecodable(key, err, ident.uid)
             self.resource_version = ident.resource_version
             if kind == "DELETED" and (gone := self._objects.pop(key, None)) is not None:
                 deltas.append(Delta(key, gone, None))

@@ -53,7 +53,10 @@ A 5xx, a broken connection or a 429 (but an eviction's) is sent again up to
 :data:`WRITE_ATTEMPTS` times; what still fails is the write's result. A write the server
 refuses as invalid becomes a Warning Event on the object (reason ``FailedWrite``) beside its
 result, so the refusal is seen where the object is (``kubectl describe``), and the loop goes
-on (the same refusal of the same object is reported once per :data:`EVENT_REPEAT`).
+on (the same refusal of the same object is reported once per :data:`EVENT_REPEAT`). An object
+that does not decode into koordpy's type (a bad quantity, an unknown field: what Koordinator's
+webhooks would have refused) is left out, its last readable version kept, and gets a Warning
+Event ``InvalidObject`` saying why.
 """
 
 from __future__ import annotations
@@ -230,6 +233,7 @@ class KubeStore:
                 kind,
                 namespace=namespace,
                 on_change=functools.partial(self._mirror, kind),
+                on_undecodable=functools.partial(self._report_undecodable, kind),
             )
             self.reflectors[kind.key] = reflector
             self._spawn(reflector.run(), name=f"reflector {reflector.name}")
@@ -756,8 +760,25 @@ class KubeStore:
             return
         namespace = self._namespace_of(write)
         obj = write.obj or self._held(kind, name, namespace)
-        now = _now().replace(microsecond=0)
         message = f"{write.verb.value} refused by the API server: {err.message}"
+        uid = obj.metadata.uid if obj is not None else ""
+        self._report(kind, namespace, name, uid, "FailedWrite", message)
+
+    def _report_undecodable(
+        self, kind: Kind, key: tuple[str, str], uid: str, err: DecodeError
+    ) -> None:
+        """An object koordpy cannot read (a field its type refuses: what Koordinator's webhook
+        would have rejected) is left out, its last readable version kept: said on it."""
+        namespace, name = key
+        message = f"koordpy cannot use this object and leaves it out: {err}"
+        self._report(kind, namespace, name, uid, "InvalidObject", message)
+
+    def _report(
+        self, kind: Kind, namespace: str, name: str, uid: str, reason: str, message: str
+    ) -> None:
+        """A Warning Event on the object, the same one at most once per
+        :data:`EVENT_REPEAT`."""
+        now = _now().replace(microsecond=0)
         said = (kind.key, namespace, name, message)
         last = self._reported.get(said)
         if last is not None and (now - last).total_seconds() < EVENT_REPEAT:
@@ -775,9 +796,9 @@ class KubeStore:
                 kind=kind.kind,
                 namespace=namespace,
                 name=name,
-                uid=obj.metadata.uid if obj is not None else "",
+                uid=uid,
             ),
-            reason="FailedWrite",
+            reason=reason,
             message=message[:1024],
             source=EventSource(component=self._component),
             first_timestamp=now,
@@ -787,7 +808,7 @@ class KubeStore:
             reporting_component=self._component,
         )
         self._spawn(
-            self._send([Write.create(event)], Pending(), wake=False), name="invalid-write event"
+            self._send([Write.create(event)], Pending(), wake=False), name=f"{reason} event"
         )
 
 

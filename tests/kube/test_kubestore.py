@@ -238,6 +238,61 @@ async def test_an_invalid_write_is_a_result_and_an_event_on_the_object(
     assert "metadata.labels" in event["message"]
 
 
+async def test_an_object_koordpy_cannot_read_is_left_out_and_told_why(
+    client: KubeClient, koordinator_crds: list[str], namespace: str
+) -> None:
+    """Koordinator's v1.8 CRD keeps a Reservation's pod template untyped, so a misspelt
+    field gets in (no webhook here): koordpy leaves that version out, keeps the last one it
+    could read, and says so with a Warning Event on the Reservation."""
+    kind = REGISTRY.for_gvk("scheduling.koordinator.sh/v1alpha1", "Reservation")
+    name = f"{namespace}-rsv"
+    body: dict[str, Any] = {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Reservation",
+        "metadata": {"name": name},
+        "spec": {
+            "owners": [{"labelSelector": {"matchLabels": {"app": "x"}}}],
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}
+                    ]
+                }
+            },
+        },
+    }
+    path = resource_path(kind)
+    await client.post(path, dumps(body), kind=kind)
+    opened = KubeStore(client)
+    await opened.start(sync_timeout=WAIT)
+    try:
+        assert opened.exists(kind, name)
+        good = opened.get(kind, name)
+        current = json.loads(await client.get(resource_path(kind, "", name)))
+        current["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+        await client.put(resource_path(kind, "", name), dumps(current), kind=kind)
+        events_path = "/api/v1/namespaces/default/events"
+        async with asyncio.timeout(WAIT):
+            while True:
+                events = json.loads(await client.get(events_path))["items"]
+                told = [
+                    e
+                    for e in events
+                    if e["reason"] == "InvalidObject" and e["involvedObject"]["name"] == name
+                ]
+                if told:
+                    break
+                await asyncio.sleep(0.1)
+        [event] = told
+        assert event["type"] == "Warning"
+        assert "imagePullPolicyy" in event["message"]
+        assert event["involvedObject"]["kind"] == "Reservation"
+        assert opened.get(kind, name) is good  # the last version it could read
+    finally:
+        await opened.aclose()
+        await client.delete(resource_path(kind, "", name))
+
+
 async def test_one_lease_one_leader_and_a_standby_takes_over(
     client: KubeClient, namespace: str
 ) -> None:
