@@ -19,16 +19,33 @@ becomes the ConfigMap the descheduler reads (``koordinator-system/koord-deschedu
 checked first, so the descheduler runs on the simulated clock like the other loops. A
 ``kubescheduler.config.k8s.io/v1`` (or ``v1beta3``) ``KubeSchedulerConfiguration`` document
 becomes the scheduler's ConfigMap (``koordinator-system/koord-scheduler-config``) the same way.
+
+What-if on a live cluster (``--from-cluster``): the cluster's objects are read once
+(:mod:`controller.kube.snapshot`, read-only) and held in the memory-only store as the server
+stored them (uid, resourceVersion and creationTimestamp kept: ``simulate(..., base=...)``);
+the what-if file's objects are applied on top, as ``koordpy apply`` would (an object of the
+same kind, namespace and name is replaced); the loops run as above, offline. What is printed
+is what would change (:func:`controller.whatif.changes`): the pods bound and to which node,
+the QueueUnits admitted, the pods removed (evicted, preempted, deleted), the Reservations that
+became Available, the pods left pending and why, then every object created, changed or deleted,
+compared field by field (resourceVersion, managedFields, generation and the timestamps of
+conditions left out). ``-o table`` (the default with ``--from-cluster``) prints it for
+people, ``-o yaml``/``json`` as one document. Without ``--from-cluster``, ``-o table`` prints
+what the loops changed in the scenario.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import itertools
+import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from apis import codec
 from apis.duration import Duration, DurationError
@@ -36,11 +53,16 @@ from apis.errors import ApiError, DecodeError
 from apis.kinds import Registry, default_registry
 from apis.meta import Object
 from controller.api.apply import apply as kubectl_apply
+from controller.cli.printing import format_age
 from controller.descheduler import config as descheduler_config
-from controller.errors import StoreError
+from controller.errors import ControllerError, StoreError
 from controller.loops import LOOPS, ControlLoop, LoopContext, LoopFactory, build_loops
 from controller.scheduler import config as scheduler_config
 from controller.store.memory import MemoryStore
+from controller.whatif import Changes, changes, render_table
+
+if TYPE_CHECKING:
+    from controller.kube.snapshot import ClusterSnapshot
 
 __all__ = [
     "EPOCH",
@@ -48,6 +70,7 @@ __all__ = [
     "SEED",
     "SimulationResult",
     "main",
+    "report_document",
     "scenario_objects",
     "simulate",
 ]
@@ -70,6 +93,8 @@ class SimulationResult:
     started: datetime
     ended: datetime
     passes: int
+    #: Every object once the base was held and the objects applied, before any loop ran.
+    loaded: tuple[Object, ...] = ()
 
     def to_list(self) -> dict[str, object]:
         """The ``v1`` ``List`` printed by the CLI."""
@@ -89,26 +114,49 @@ class _SimClock:
         return self.now
 
 
-def _start_time(objects: Sequence[Object]) -> datetime:
+def _start_time(objects: Iterable[Object]) -> datetime:
     stamps = [o.metadata.creation_timestamp for o in objects if o.metadata.creation_timestamp]
     latest = max(stamps, default=EPOCH)
     return max(latest, EPOCH)
 
 
+def _hold(store: MemoryStore, registry: Registry, objects: Sequence[Object]) -> None:
+    """``objects`` in ``store`` as another server stored them (metadata kept), kind by kind."""
+    by_kind: dict[str, list[Object]] = {}
+    for obj in objects:
+        by_kind.setdefault(registry.for_object(obj).key, []).append(obj)
+    for kind in registry:
+        held = by_kind.get(kind.key)
+        if held:
+            store.mirror(kind, ((None, obj) for obj in held))
+
+
+def _everything(store: MemoryStore, registry: Registry) -> tuple[Object, ...]:
+    """Every object of ``store`` in the kind table's order, then by namespace and name."""
+    return tuple(obj for kind in registry for obj in store.list(kind)[0])
+
+
 def simulate(
     objects: Sequence[Object],
     *,
+    base: Sequence[Object] = (),
     max_time: timedelta = timedelta(hours=1),
     loops: Mapping[str, LoopFactory] | None = None,
     registry: Registry | None = None,
 ) -> SimulationResult:
-    """Run the loops over ``objects``; pure apart from the memory-only store it builds."""
+    """Run the loops over ``objects``; pure apart from the memory-only store it builds.
+
+    ``base``: objects as a server stored them (a cluster's, with their uid, resourceVersion
+    and creationTimestamp), held first exactly as they are, without admission; ``objects`` are
+    then applied on top, one after another, as ``koordpy apply`` would."""
     registry = registry or default_registry()
-    clock = _SimClock(_start_time(objects))
+    clock = _SimClock(_start_time(itertools.chain(base, objects)))
     store = MemoryStore(registry=registry, clock=clock, seed=SEED)
     try:
+        _hold(store, registry, base)
         for obj in objects:
             kubectl_apply(store, obj)  # as `koordpy apply` would, one after another
+        loaded = _everything(store, registry)
         started = clock.now
         deadline = started + max_time
         instances: list[ControlLoop] = build_loops(LOOPS if loops is None else loops)
@@ -134,13 +182,12 @@ def simulate(
             if next_time > deadline:
                 break
             clock.now = next_time
-        order = {kind.key: index for index, kind in enumerate(registry)}
-        everything = [obj for kind in registry for obj in store.list(kind)[0]]
-        everything.sort(
-            key=lambda o: (order[registry.for_object(o).key], o.metadata.namespace, o.metadata.name)
-        )
         return SimulationResult(
-            objects=tuple(everything), started=started, ended=clock.now, passes=passes
+            objects=_everything(store, registry),
+            started=started,
+            ended=clock.now,
+            passes=passes,
+            loaded=loaded,
         )
     finally:
         store.close()
@@ -183,8 +230,73 @@ def scenario_objects(
     return objects
 
 
+def _stamp(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def report_document(
+    found: Changes, result: SimulationResult, *, cluster: ClusterSnapshot | None = None
+) -> dict[str, Any]:
+    """What ``-o yaml``/``json`` prints: the run's times and passes, the cluster read (with
+    ``--from-cluster``), then the parts of ``found``."""
+    document: dict[str, Any] = {
+        "started": _stamp(result.started),
+        "ended": _stamp(result.ended),
+        "passes": result.passes,
+    }
+    if cluster is not None:
+        document["cluster"] = {
+            "server": cluster.server,
+            "objects": len(cluster.objects),
+            "leftOut": cluster.left_out,
+        }
+    document.update(codec.to_builtins(found))
+    return document
+
+
+def _header(result: SimulationResult, cluster: ClusterSnapshot | None, whatif: int) -> list[str]:
+    span = format_age(result.ended - result.started)
+    line = f"Simulated {span} from {_stamp(result.started)} ({result.passes} passes)"
+    if cluster is None:
+        return [f"{line} over {whatif} objects of the scenario."]
+    lines = [
+        f"{line} over {len(cluster.objects)} objects of {cluster.server}"
+        f" and {whatif} of the what-if; nothing was written to the cluster."
+    ]
+    if cluster.left_out:
+        lines.append(f"{cluster.left_out} objects of the cluster did not decode: left out.")
+    return lines
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def _read_cluster(args: argparse.Namespace) -> ClusterSnapshot:
+    from controller.kube.snapshot import read_cluster  # only --from-cluster needs a client
+
+    return asyncio.run(
+        read_cluster(
+            _kubeconfig(getattr(args, "kubeconfig", None)), context=getattr(args, "context", None)
+        )
+    )
+
+
+def _kubeconfig(given: str | None) -> str | None:
+    """Where a person's cluster is, as kubectl finds it: ``--kubeconfig``, else the first file
+    of ``$KUBECONFIG``, else ``~/.kube/config`` when there is one; None (in-cluster) else."""
+    if given:
+        return given
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        return listed[0]
+    home = Path.home() / ".kube" / "config"
+    return str(home) if home.is_file() else None
+
+
 def main(args: argparse.Namespace) -> int:
-    """CLI: ``koordpy simulate -f SCENARIO [-o yaml|json] [--max-time 1h]``."""
+    """CLI: ``koordpy simulate -f SCENARIO [-o yaml|json|table] [--max-time 1h]``, and
+    ``koordpy simulate --from-cluster [--kubeconfig F] [--context C] -f WHATIF
+    [-o table|yaml|json]`` (see the module docstring)."""
     try:
         limit = Duration.parse(args.max_time)
     except DurationError as err:
@@ -193,6 +305,8 @@ def main(args: argparse.Namespace) -> int:
     if limit.nanoseconds <= 0:
         print(f"error: --max-time: must be positive, got {args.max_time!r}", file=sys.stderr)
         return 2
+    from_cluster = bool(getattr(args, "from_cluster", False))
+    output = args.output or ("table" if from_cluster else "yaml")
     source = args.filename
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
@@ -201,13 +315,43 @@ def main(args: argparse.Namespace) -> int:
         return 1
     try:
         objects = scenario_objects(text, source=source)
-        result = simulate(objects, max_time=timedelta(microseconds=limit.nanoseconds // 1000))
+    except ApiError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    cluster: ClusterSnapshot | None = None
+    if from_cluster:
+        try:
+            cluster = _read_cluster(args)
+        except (ControllerError, TimeoutError, OSError) as err:
+            print(f"error: reading the cluster: {err}", file=sys.stderr)
+            return 1
+        if cluster.left_out:
+            print(
+                f"warning: {cluster.left_out} objects of the cluster did not decode and are"
+                " left out of the simulation",
+                file=sys.stderr,
+            )
+    max_time = timedelta(microseconds=limit.nanoseconds // 1000)
+    try:
+        base = cluster.objects if cluster is not None else ()
+        result = simulate(objects, base=base, max_time=max_time)
     except (ApiError, StoreError, SimulationError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    listing = result.to_list()
-    if args.output == "json":
-        sys.stdout.write(codec.encode_json(listing).decode() + "\n")
+    if cluster is None and output != "table":
+        listing = result.to_list()
+        if output == "json":
+            sys.stdout.write(codec.encode_json(listing).decode() + "\n")
+        else:
+            sys.stdout.write(codec.dump_yaml(listing))
+        return 0
+    before = cluster.objects if cluster is not None else result.loaded
+    found = changes(before, result.objects, applied=result.loaded)
+    if output == "table":
+        sys.stdout.write(render_table(found, header=_header(result, cluster, len(objects))))
+    elif output == "json":
+        document = report_document(found, result, cluster=cluster)
+        sys.stdout.write(codec.encode_json(document).decode() + "\n")
     else:
-        sys.stdout.write(codec.dump_yaml(listing))
+        sys.stdout.write(codec.dump_yaml(report_document(found, result, cluster=cluster)))
     return 0

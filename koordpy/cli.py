@@ -205,7 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="start from a read-only snapshot of a Kubernetes cluster and print what would change",
     )
     simulate.add_argument(
-        "--kubeconfig", help="with --from-cluster: the cluster's kubeconfig (default: in-cluster)"
+        "--kubeconfig",
+        help="with --from-cluster: the cluster's kubeconfig (default: $KUBECONFIG, else"
+        " ~/.kube/config, else in-cluster)",
     )
     simulate.add_argument("--context", help="kubeconfig context (default: its current one)")
     simulate.add_argument(

@@ -38,6 +38,7 @@ from apis.apps import (
     ReplicaSetSpec,
     scaled_value,
 )
+from apis.core import PodTemplateSpec
 from apis.meta import Condition, Object, ObjectMeta
 from controller.store.cluster import Cluster
 from controller.store.snapshots import Snapshot
@@ -244,6 +245,17 @@ def _scaled(deploy: Deployment, name: str, before: int, after: int) -> Note:
     return Note(deploy, REASON_SCALING, f"Scaled {way} replica set {name} from {before} to {after}")
 
 
+def _same_template(rs: ReplicaSet, template: PodTemplateSpec) -> bool:
+    """Whether ``rs`` runs ``template``, its ``pod-template-hash`` label aside: a ReplicaSet
+    Kubernetes' own Deployment controller made (its hash is another digest) is the current
+    one when its template is the Deployment's, as that controller judges it."""
+    own = rs.spec.template
+    labels = {
+        key: value for key, value in own.metadata.labels.items() if key != LABEL_POD_TEMPLATE_HASH
+    }
+    return replace(own, metadata=replace(own.metadata, labels=labels)) == template
+
+
 def plan_deployment(deploy: Deployment, sets: Sequence[ReplicaSet], now: datetime) -> Plan:
     """What ``deploy`` needs given the ReplicaSets it controls (pure; the module docstring)."""
     plan = Plan()
@@ -252,7 +264,7 @@ def plan_deployment(deploy: Deployment, sets: Sequence[ReplicaSet], now: datetim
     digest = template_hash(deploy.spec.template)
     new = next(
         (rs for rs in sets if rs.metadata.labels.get(LABEL_POD_TEMPLATE_HASH) == digest), None
-    )
+    ) or next((rs for rs in sets if _same_template(rs, deploy.spec.template)), None)
     olds = [rs for rs in sets if rs is not new]
     if deploy.spec.paused:
         plan.status(deploy, _status(deploy, new, sets, desired, unavailable, now))

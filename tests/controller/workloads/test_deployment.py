@@ -69,6 +69,39 @@ def test_scaling_changes_only_the_current_replica_set() -> None:
     assert plan.create == []
 
 
+def test_a_replica_set_kubernetes_made_for_the_template_is_the_current_one() -> None:
+    """On a cluster the ReplicaSet of the template carries Kubernetes' own hash: it is
+    adopted as the current one (scaled), not replaced by one more (``simulate
+    --from-cluster``)."""
+    deploy = deployment(replicas=2)
+    ours = settled(first_replica_set(deploy))
+    theirs_hash = "5d8f7b9c6"
+    template = ours.spec.template
+    assert ours.spec.selector is not None
+    labels = {**template.metadata.labels, "pod-template-hash": theirs_hash}
+    theirs = replace(
+        ours,
+        metadata=replace(
+            ours.metadata,
+            name=f"web-{theirs_hash}",
+            labels={**ours.metadata.labels, "pod-template-hash": theirs_hash},
+        ),
+        spec=replace(
+            ours.spec,
+            selector=replace(ours.spec.selector, match_labels=labels),
+            template=replace(template, metadata=replace(template.metadata, labels=labels)),
+        ),
+    )
+    bigger = replace(deploy, spec=replace(deploy.spec, replicas=3))
+    plan = plan_deployment(bigger, [theirs], NOW)
+    assert plan.create == []
+    scaled = [o for o in plan.update if isinstance(o, ReplicaSet)]
+    assert [(o.metadata.name, o.spec.replicas) for o in scaled] == [(f"web-{theirs_hash}", 3)]
+    # another template is another ReplicaSet, whatever its hash
+    other = plan_deployment(changed(bigger, "nginx:2"), [theirs], NOW)
+    assert len(other.create) == 1
+
+
 def test_recreate_scales_old_sets_to_zero_before_the_new_one_grows() -> None:
     deploy = deployment(replicas=2, strategy={"type": "Recreate"})
     old = settled(first_replica_set(deploy))
