@@ -11,12 +11,10 @@ controller is started as a user starts it, and ``examples/`` is applied with the
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -24,47 +22,20 @@ from apis import codec
 from apis import constants as k
 from hack.kube import Cluster, start_cluster, stop_cluster
 from hack.kube.demo import make_node, make_nodes
+from tests.kube.koordpy_process import (
+    ControllerProcess,
+    create,
+    eventually,
+    get,
+    holder,
+    pods,
+    when,
+)
 
 pytestmark = pytest.mark.kube
 
-T = TypeVar("T")
 
 NAMESPACES = ("koordinator-system", "koord-queue", "team-a", "team-b")
-WAIT = 60.0
-
-
-def eventually(what: str, probe: Callable[[], T | bool | None], timeout: float = WAIT) -> T:
-    """Poll ``probe`` (it reads the cluster) until it returns something other than None or
-    False."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None and value is not False:
-            return value  # type: ignore[return-value]
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.25)
-
-
-def get(cluster: Cluster, path: str) -> Any:
-    status, body = cluster.request("GET", path)
-    assert status == 200, body
-    return body
-
-
-def when(cluster: Cluster, path: str, check: Callable[[Any], bool]) -> Callable[[], Any]:
-    """A probe: the object at ``path`` once ``check`` holds for it."""
-
-    def probe() -> Any:
-        return found if check(found := get(cluster, path)) else None
-
-    return probe
-
-
-def create(cluster: Cluster, path: str, body: dict[str, Any]) -> Any:
-    status, answer = cluster.request("POST", path, body)
-    assert status == 201, answer
-    return answer
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +48,7 @@ def world(
     """(the cluster, what ``kubectl apply -f examples/`` printed), the controller running."""
     directory = tmp_path_factory.mktemp("kube-controller")
     cluster = start_cluster(directory, kwok=True, timeout=90.0)
-    log_path = directory / "koordpy-controller.log"
-    controller: subprocess.Popen[bytes] | None = None
+    controller: ControllerProcess | None = None
     try:
         crds = [
             shared_dir / "koordinator-crds" / "v1.8.0",
@@ -91,51 +61,15 @@ def world(
         for namespace in NAMESPACES:
             cluster.kubectl("create", "namespace", namespace)
         make_nodes(cluster)
-        with log_path.open("wb") as log:
-            controller = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "koordpy",
-                    "controller",
-                    "run",
-                    "--kubeconfig",
-                    str(cluster.kubeconfig),
-                    "--metrics-address",
-                    "off",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=repo_root,
-            )
-
-        def leading() -> bool:
-            status, lease = cluster.request(
-                "GET",
-                "/apis/coordination.k8s.io/v1/namespaces/koordinator-system/leases/koord-scheduler",
-            )
-            return status == 200 and bool(lease["spec"].get("holderIdentity"))
-
-        eventually("koordpy to take the koord-scheduler Lease", leading)
+        controller = ControllerProcess(cluster.kubeconfig, directory, cwd=repo_root)
+        eventually("koordpy to take the koord-scheduler Lease", lambda: holder(cluster))
         applied = cluster.kubectl("apply", "-f", str(repo_root / "examples"))
         yield cluster, applied.stdout
     finally:
         if controller is not None:
-            controller.terminate()
-            try:
-                controller.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                controller.kill()
-                controller.wait()
-            sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
+            controller.stop()
+            sys.stderr.write(controller.log()[-4000:])
         stop_cluster(directory)
-
-
-def pods(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    return {
-        p["metadata"]["name"]: p
-        for p in get(cluster, f"/api/v1/namespaces/{namespace}/pods")["items"]
-    }
 
 
 def test_the_examples_apply_with_kubectl(world: tuple[Cluster, str], repo_root: Path) -> None:

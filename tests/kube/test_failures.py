@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -25,70 +24,21 @@ import pytest
 from apis import constants as k
 from hack.kube import Cluster, start_cluster, stop_cluster
 from hack.kube.demo import make_node
-from tests.kube.test_controller import create, eventually, get, pods, when
+from tests.kube.koordpy_process import (
+    ControllerProcess,
+    create,
+    eventually,
+    get,
+    holder,
+    pods,
+    when,
+)
 
 pytestmark = pytest.mark.kube
 
-LEASES = "/apis/coordination.k8s.io/v1/namespaces/koordinator-system/leases"
 #: What a second bind of a pod already bound is answered with: never seen if nothing is bound
 #: twice.
 BOUND_TWICE = "is already assigned to node"
-
-
-class Controller:
-    """One ``koordpy controller run --kubeconfig`` process with its own identity."""
-
-    def __init__(self, cluster: Cluster, directory: Path, identity: str, repo: Path) -> None:
-        self.identity = identity
-        config = directory / f"{identity}.toml"
-        config.write_text(
-            "[kubernetes]\n"
-            f'identity = "{identity}"\n'
-            "lease_duration = 4.0\n"
-            "renew_deadline = 3.0\n"
-            "retry_period = 0.5\n"
-        )
-        self.log_path = directory / f"{identity}.log"
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "koordpy",
-                    "controller",
-                    "run",
-                    "--config",
-                    str(config),
-                    "--kubeconfig",
-                    str(cluster.kubeconfig),
-                    "--metrics-address",
-                    "off",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=repo,
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        self.process.wait()
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-
-def holder(cluster: Cluster, lease: str = "koord-scheduler") -> str:
-    status, body = cluster.request("GET", f"{LEASES}/{lease}")
-    return str(body["spec"].get("holderIdentity", "")) if status == 200 else ""
 
 
 @pytest.fixture(scope="module")
@@ -118,20 +68,30 @@ def scene(cluster: Cluster) -> Iterator[str]:
 
 
 @pytest.fixture
-def controllers() -> Iterator[list[Controller]]:
+def controllers() -> Iterator[list[ControllerProcess]]:
     """The controllers a test starts (:func:`launch`): each stopped after it, its log shown
     on failure."""
-    started: list[Controller] = []
+    started: list[ControllerProcess] = []
     yield started
     for controller in started:
         controller.stop()
-        sys.stderr.write(f"--- {controller.identity}\n{controller.log()[-3000:]}\n")
+        sys.stderr.write(f"--- {controller.name}\n{controller.log()[-3000:]}\n")
 
 
 def launch(
-    started: list[Controller], cluster: Cluster, tmp_path: Path, repo: Path, identity: str
-) -> Controller:
-    controller = Controller(cluster, tmp_path, identity, repo)
+    started: list[ControllerProcess], cluster: Cluster, tmp_path: Path, repo: Path, identity: str
+) -> ControllerProcess:
+    """A controller named ``identity`` in the Leases, with Leases of 4 s."""
+    config = (
+        "[kubernetes]\n"
+        f'identity = "{identity}"\n'
+        "lease_duration = 4.0\n"
+        "renew_deadline = 3.0\n"
+        "retry_period = 0.5\n"
+    )
+    controller = ControllerProcess(
+        cluster.kubeconfig, tmp_path, name=identity, config=config, cwd=repo
+    )
     started.append(controller)
     return controller
 
@@ -215,7 +175,11 @@ def restart_api_server(cluster: Cluster) -> None:
 
 
 def test_an_api_server_restart_loses_nothing_and_binds_nothing_twice(
-    cluster: Cluster, scene: str, controllers: list[Controller], tmp_path: Path, repo_root: Path
+    cluster: Cluster,
+    scene: str,
+    controllers: list[ControllerProcess],
+    tmp_path: Path,
+    repo_root: Path,
 ) -> None:
     node = f"{scene}-n1"
     make_node(cluster, node, "nvidia-h100", "reserved")
@@ -231,7 +195,7 @@ def test_an_api_server_restart_loses_nothing_and_binds_nothing_twice(
         create(cluster, f"/api/v1/namespaces/{scene}/pods", pod(f"after-{i}", selector))
     placed = eventually("all twenty pods bound", lambda: all_bound(cluster, scene, 20))
     assert set(placed.values()) == {node}
-    assert controller.process.poll() is None, "the controller survives the restart"
+    assert controller.running(), "the controller survives the restart"
     assert BOUND_TWICE not in controller.log()
     # the reflectors resumed: a change after the restart is seen (a pod deleted is forgotten,
     # so its CPU is free again for a pod that needs the whole node but it)
@@ -246,7 +210,11 @@ def test_an_api_server_restart_loses_nothing_and_binds_nothing_twice(
 
 
 def test_a_standby_takes_over_from_a_killed_leader_without_double_charging_a_quota(
-    cluster: Cluster, scene: str, controllers: list[Controller], tmp_path: Path, repo_root: Path
+    cluster: Cluster,
+    scene: str,
+    controllers: list[ControllerProcess],
+    tmp_path: Path,
+    repo_root: Path,
 ) -> None:
     node = f"{scene}-n1"
     make_node(cluster, node, "nvidia-h100", "reserved")
@@ -293,7 +261,11 @@ def test_a_standby_takes_over_from_a_killed_leader_without_double_charging_a_quo
 
 
 def test_pods_deleted_in_flight_and_a_deleted_node_leave_a_clean_state(
-    cluster: Cluster, scene: str, controllers: list[Controller], tmp_path: Path, repo_root: Path
+    cluster: Cluster,
+    scene: str,
+    controllers: list[ControllerProcess],
+    tmp_path: Path,
+    repo_root: Path,
 ) -> None:
     keep, doomed = f"{scene}-keep", f"{scene}-doomed"
     for name in (keep, doomed):
@@ -338,12 +310,16 @@ def test_pods_deleted_in_flight_and_a_deleted_node_leave_a_clean_state(
     create(cluster, f"/api/v1/namespaces/{scene}/pods", pod("after-the-node", only_doomed))
     time.sleep(3)  # the scheduler's pass for it has long run: it stays pending
     assert not pods(cluster, scene)["after-the-node"]["spec"].get("nodeName")
-    assert controller.process.poll() is None
+    assert controller.running()
     assert BOUND_TWICE not in controller.log()
 
 
 def test_a_device_changing_under_an_allocation_keeps_it_and_steers_new_ones(
-    cluster: Cluster, scene: str, controllers: list[Controller], tmp_path: Path, repo_root: Path
+    cluster: Cluster,
+    scene: str,
+    controllers: list[ControllerProcess],
+    tmp_path: Path,
+    repo_root: Path,
 ) -> None:
     node = f"{scene}-gpu"
     make_node(cluster, node, "nvidia-h100", "reserved")
