@@ -66,11 +66,12 @@ pytest: install-test
 
 test: system-deps kube-bin lint pytest
 
-bench: install system-deps
+bench: install system-deps kube-bin
 	$(PY) -m bench.store
 	$(PY) -m bench.agent_qos
 	$(PY) -m bench.agent_overhead
 	$(PY) -m bench.ingest
+	$(PY) -m bench.reflector
 
 # Needs Go (>= 1.26), npm and unzip; a no-op once the binaries are in the cache.
 kube-bin:

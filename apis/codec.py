@@ -400,7 +400,9 @@ def _any_parts(info: mi.Type, seen: frozenset[type]) -> int:
     return 0
 
 
-def decode_json(data: bytes | str, target: type[T], *, depth_checked: bool = False) -> T:
+def decode_json(
+    data: bytes | str | msgspec.Raw, target: type[T], *, depth_checked: bool = False
+) -> T:
     """Fast path for trusted JSON of a known type (store reload, wire messages); JSON nested
     deeper than :data:`MAX_DEPTH` is refused (:func:`check_depth`, unless the caller ran it
     on ``data`` already: ``depth_checked``).
@@ -409,6 +411,8 @@ def decode_json(data: bytes | str, target: type[T], *, depth_checked: bool = Fal
     gave instead of on the text: msgspec reads no deeper than the type goes except inside
     those values (and refuses unknown fields without reading them), so only they are walked.
     """
+    if isinstance(data, msgspec.Raw):  # a part of a larger document (a list's item)
+        data = bytes(data)
     walk: _Walk | None = None
     if not depth_checked and _maybe_deep(data):
         walk, planned = _depth_walk(target)
