@@ -56,7 +56,9 @@ result, so the refusal is seen where the object is (``kubectl describe``), and t
 on (the same refusal of the same object is reported once per :data:`EVENT_REPEAT`). An object
 that does not decode into koordpy's type (a bad quantity, an unknown field: what Koordinator's
 webhooks would have refused) is left out, its last readable version kept, and gets a Warning
-Event ``InvalidObject`` saying why.
+Event ``InvalidObject`` saying why. An ElasticQuota or a Reservation is held to the checks
+of Koordinator's webhooks (:data:`CHECKS`, koordpy's admission): one that fails them stays
+(the cluster has it) and gets the same ``InvalidObject`` Event, naming the field and value.
 """
 
 from __future__ import annotations
@@ -76,6 +78,10 @@ from apis.core import Event, EventSource, Pod
 from apis.errors import DecodeError
 from apis.kinds import Kind, Registry, default_registry
 from apis.meta import Object, ObjectMeta, ObjectReference
+from apis.quota import ElasticQuota
+from apis.scheduling import Reservation
+from controller.admission.base import Registration
+from controller.admission.chain import PLUGINS, admit
 from controller.errors import (
     AlreadyExists,
     Invalid,
@@ -108,6 +114,15 @@ FIELD_MANAGER: Final = "koordpy"
 WRITE_ATTEMPTS: Final = 3
 #: Seconds before the second try of such a write (doubled for each later one).
 RETRY_DELAY: Final = 0.2
+#: The admission checks a stored object is held to (the validating ones of the quota tree and
+#: of a reservation's template: what Koordinator's webhooks refuse; the API server itself
+#: validates pods and nodes).
+CHECKS: Final[tuple[Registration, ...]] = tuple(
+    r for r in PLUGINS if r.name in ("ElasticQuota", "PodTemplateValidation")
+)
+_CHECKED: Final = frozenset(
+    kind for r in CHECKS for kind in r.kinds if kind is Reservation or kind is ElasticQuota
+)
 #: Seconds within which the same refusal of the same object makes no second Event.
 EVENT_REPEAT: Final = 600.0
 #: Requests in flight at once, by default.
@@ -346,7 +361,21 @@ class KubeStore:
             if not deltas:
                 return
         self._cache.mirror(kind, ((d.before, d.after) for d in deltas))
+        if kind.type in _CHECKED:
+            for delta in deltas:
+                if delta.after is not None:
+                    self._check(kind, delta.after, delta.before)
         self._tick()
+
+    def _check(self, kind: Kind, obj: Object, before: Object | None) -> None:
+        """Koordinator's webhooks' checks of a quota or a reservation, which the cluster did
+        not make (no webhook of koordpy's is installed): a refusal is said on the object."""
+        try:
+            admit(kind, obj, before, self._cache, table=CHECKS)
+        except (Invalid, NotFound) as err:
+            meta = obj.metadata
+            message = f"koordpy's checks refuse this object: {err.message}"
+            self._report(kind, meta.namespace, meta.name, meta.uid, "InvalidObject", message)
 
     def _hold_back(self, delta: Delta) -> bool:
         """Whether ``delta`` is a version of a pod being bound that is not bound yet (the

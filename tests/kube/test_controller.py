@@ -91,6 +91,9 @@ def test_the_examples_apply_with_kubectl(world: tuple[Cluster, str], repo_root: 
             == 200
         ),
     )
+    # nothing of the examples is refused by koordpy's checks (made once read, as the unit)
+    refused = [e for e in get(cluster, "/api/v1/events")["items"] if e["reason"] == "InvalidObject"]
+    assert refused == []
 
 
 def test_pods_naming_koord_scheduler_are_bound_gpu_pods_with_their_devices(

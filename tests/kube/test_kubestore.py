@@ -293,6 +293,39 @@ async def test_an_object_koordpy_cannot_read_is_left_out_and_told_why(
         await client.delete(resource_path(kind, "", name))
 
 
+async def test_a_quota_koordinators_webhook_would_refuse_is_told_why(
+    client: KubeClient, koordinator_crds: list[str], namespace: str
+) -> None:
+    """No webhook refuses an ElasticQuota whose min is over its max on this cluster:
+    koordpy's checks say so on it, naming the field, as ``koordpy apply`` would refuse it."""
+    kind = REGISTRY.for_gvk("scheduling.sigs.k8s.io/v1alpha1", "ElasticQuota")
+    body = {
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+        "kind": "ElasticQuota",
+        "metadata": {"name": "upside-down"},
+        "spec": {"min": {"cpu": "8"}, "max": {"cpu": "4"}},
+    }
+    await client.post(resource_path(kind, namespace), dumps(body), kind=kind)
+    opened = KubeStore(client)
+    await opened.start(sync_timeout=WAIT)
+    try:
+        events_path = f"/api/v1/namespaces/{namespace}/events"
+        async with asyncio.timeout(WAIT):
+            while True:
+                events = json.loads(await client.get(events_path))["items"]
+                told = [e for e in events if e["reason"] == "InvalidObject"]
+                if told:
+                    break
+                await asyncio.sleep(0.1)
+        [event] = told
+        assert event["involvedObject"]["name"] == "upside-down"
+        assert event["type"] == "Warning"
+        assert "spec.min" in event["message"]
+        assert "more than spec.max" in event["message"]
+    finally:
+        await opened.aclose()
+
+
 async def test_one_lease_one_leader_and_a_standby_takes_over(
     client: KubeClient, namespace: str
 ) -> None:
