@@ -14,6 +14,13 @@ created the ``default`` service account. Everything lives in the directory::
     certs/               the API server's self-signed serving certificate and its CA
     etcd/                etcd's data
     <name>.kubeconfig    the kubeconfig each component runs with
+    audit-policy.yaml    the API server's audit policy (only with ``audit=True``)
+    audit.log            one JSON audit event per request (only with ``audit=True``)
+
+With ``audit=True`` the API server records every request at level ``Metadata`` (who, verb,
+resource and subresource, namespace, name, response code; no bodies), once it is answered
+(:data:`AUDIT_POLICY`); :meth:`Cluster.audit_events` reads them back, so a test can see what
+a client asked for and what it was refused. Off by default: the other tests need no log.
 
 :func:`stop_cluster` stops the processes (SIGTERM, then SIGKILL after a timeout) and leaves the
 logs. Every port is on 127.0.0.1 and chosen free at start.
@@ -62,6 +69,17 @@ USERS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "kube-scheduler": ("system:kube-scheduler", ()),
     "kwok": ("kwok", ("system:masters",)),
 }
+#: The audit policy of ``audit=True``: every request at ``Metadata``, one event when answered
+#: (``ResponseComplete``; a watch also logs ``ResponseStarted``), none when merely received.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+"""
+AUDIT_POLICY_FILE = "audit-policy.yaml"
+AUDIT_LOG = "audit.log"
 
 
 class ClusterError(RuntimeError):
@@ -79,6 +97,8 @@ class Cluster:
     ca_file: Path
     etcd_url: str
     pids: Mapping[str, int]
+    #: the API server's audit log (``start_cluster(audit=True)``), else None
+    audit_log: Path | None = None
 
     @classmethod
     def load(cls, directory: Path) -> Cluster:
@@ -98,7 +118,23 @@ class Cluster:
             ca_file=Path(state["ca_file"]),
             etcd_url=state["etcd_url"],
             pids={name: int(pid) for name, pid in state["pids"].items()},
+            audit_log=Path(state["audit_log"]) if state.get("audit_log") else None,
         )
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The audit events logged so far, oldest first (``audit=True`` clusters only).
+
+        A last line still being written is left for the next read.
+        """
+        if self.audit_log is None:
+            raise ClusterError("this cluster was started without an audit log (audit=True)")
+        events: list[dict[str, Any]] = []
+        with contextlib.suppress(FileNotFoundError), self.audit_log.open("rb") as file:
+            for line in file:
+                if not line.endswith(b"\n"):
+                    break
+                events.append(json.loads(line))
+        return events
 
     def ssl_context(self) -> ssl.SSLContext:
         """A TLS context that trusts the API server's CA (and checks its name)."""
@@ -416,13 +452,16 @@ def start_cluster(
     *,
     scheduler: bool = False,
     kwok: bool = False,
+    audit: bool = False,
     timeout: float = 120.0,
 ) -> Cluster:
     """Start a fresh control plane in ``directory`` and return once it serves.
 
     ``scheduler`` adds kube-scheduler; ``kwok`` adds kwok, which plays the kubelet of every
-    node (nodes turn Ready, bound pods Running). A previous cluster's etcd data in
-    ``directory`` is removed; one still running there is an error.
+    node (nodes turn Ready, bound pods Running); ``audit`` has the API server log every
+    request (:data:`AUDIT_POLICY`) to ``audit.log`` (:meth:`Cluster.audit_events`). A
+    previous cluster's etcd data in ``directory`` is removed; one still running there is an
+    error.
     """
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -453,6 +492,13 @@ def start_cluster(
     cert_dir = directory / "certs"
     cert_dir.mkdir(exist_ok=True)
     serving_cert = cert_dir / "apiserver.crt"
+    audit_log = directory / AUDIT_LOG if audit else None
+    audit_flags: list[str] = []
+    if audit_log is not None:
+        policy = directory / AUDIT_POLICY_FILE
+        policy.write_text(AUDIT_POLICY)
+        audit_log.unlink(missing_ok=True)
+        audit_flags = [f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}"]
 
     pids: dict[str, int] = {}
     with _stopped_on_failure(directory, pids):
@@ -493,6 +539,7 @@ def start_cluster(
                 f"--service-account-signing-key-file={sa_key}",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 "--profiling=false",
+                *audit_flags,
             ],
             directory,
         )
@@ -579,6 +626,7 @@ def start_cluster(
             ca_file=ca_file,
             etcd_url=etcd_url,
             pids=dict(pids),
+            audit_log=audit_log,
         )
         _wait(
             "kube-controller-manager to create the default service account",
@@ -593,6 +641,7 @@ def start_cluster(
             "kubeconfig": str(kubeconfigs["admin"]),
             "ca_file": str(ca_file),
             "etcd_url": etcd_url,
+            "audit_log": str(audit_log) if audit_log is not None else None,
             "pids": pids,
             "ports": {
                 "etcd-client": etcd_client_port,
