@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from hack.kube import Cluster
+from hack.kube.demo import make_node
 
 T = TypeVar("T")
 
@@ -69,6 +70,77 @@ def holder(cluster: Cluster, lease: str = "koord-scheduler") -> str:
     """Who holds one of Koordinator's Leases ("" for nobody)."""
     status, body = cluster.request("GET", f"{LEASES}/{lease}")
     return str(body["spec"].get("holderIdentity", "")) if status == 200 else ""
+
+
+def ready(cluster: Cluster, node: str) -> None:
+    """Wait for ``node`` to be Ready (kwok marks it)."""
+    eventually(
+        f"node {node} to be Ready",
+        when(
+            cluster,
+            f"/api/v1/nodes/{node}",
+            lambda n: any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n["status"].get("conditions", [])
+            ),
+        ),
+    )
+
+
+#: Where :func:`place_on_demand` puts its Deployment's pods, and where they are to go.
+ON_DEMAND, RESERVED = "demo-ascend-300i-duo", "demo-nvidia-h100"
+PODMIGRATIONJOBS = "/apis/scheduling.koordinator.sh/v1alpha1/podmigrationjobs"
+
+
+def place_on_demand(cluster: Cluster, namespace: str) -> None:
+    """For the descheduler example (drain ``on-demand`` nodes onto ``reserved`` ones): a
+    fresh on-demand node (the example's own is drained and cordoned by then) and a Deployment
+    ``web`` of 4 replicas bound there, the reserved node cordoned until they are. 4: more than
+    the example's ``maxUnavailablePerWorkload`` (3), below which a workload is not migrated."""
+    make_node(cluster, ON_DEMAND, "ascend-310p3-300i-duo", "on-demand")
+    ready(cluster, ON_DEMAND)
+    container = {
+        "name": "web",
+        "image": "nginx",
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {
+            "replicas": 4,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"schedulerName": "koord-scheduler", "containers": [container]},
+            },
+        },
+    }
+    cluster.kubectl("cordon", RESERVED)
+    create(cluster, f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment)
+
+    def placed() -> set[str] | None:
+        nodes = [p["spec"].get("nodeName") for p in pods(cluster, namespace).values()]
+        return set(nodes) if len(nodes) == 4 and all(nodes) else None
+
+    assert eventually("the web pods to be bound", placed) == {ON_DEMAND}
+    cluster.kubectl("uncordon", RESERVED)
+
+
+def migrated(cluster: Cluster, namespace: str) -> Callable[[], dict[str, Any] | None]:
+    """A probe: a PodMigrationJob of a pod of ``namespace`` that succeeded."""
+
+    def probe() -> dict[str, Any] | None:
+        for job in get(cluster, PODMIGRATIONJOBS)["items"]:
+            ref = job["spec"].get("podRef", {})
+            if ref.get("namespace") == namespace and (
+                job.get("status", {}).get("phase") == "Succeeded"
+            ):
+                return dict(job)
+        return None
+
+    return probe
 
 
 class ControllerProcess:

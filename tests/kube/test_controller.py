@@ -21,13 +21,15 @@ import pytest
 from apis import codec
 from apis import constants as k
 from hack.kube import Cluster, start_cluster, stop_cluster
-from hack.kube.demo import make_node, make_nodes
+from hack.kube.demo import make_nodes
 from tests.kube.koordpy_process import (
     ControllerProcess,
     create,
     eventually,
     get,
     holder,
+    migrated,
+    place_on_demand,
     pods,
     when,
 )
@@ -258,65 +260,8 @@ def test_the_descheduler_migrates_a_deployments_pod_into_a_reservation(
     there is moved through a PodMigrationJob, and the ReplicaSet's replacement lands in the
     migration's reservation on the ``reserved`` node."""
     cluster, _ = world
-    # a fresh on-demand node (the example's other one is drained and cordoned by now), Ready
-    make_node(cluster, "demo-ascend-300i-duo", "ascend-310p3-300i-duo", "on-demand")
-    eventually(
-        "the new node to be Ready",
-        when(
-            cluster,
-            "/api/v1/nodes/demo-ascend-300i-duo",
-            lambda n: any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in n["status"].get("conditions", [])
-            ),
-        ),
-    )
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": "team-b"},
-        "spec": {
-            # more than the example's maxUnavailablePerWorkload (3): a workload of fewer
-            # replicas is not migrated
-            "replicas": 4,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {
-                    "schedulerName": "koord-scheduler",
-                    "containers": [
-                        {
-                            "name": "web",
-                            "image": "nginx",
-                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
-    # the pod lands on the new node: the reserved one is cordoned until it is bound there
-    cluster.kubectl("cordon", "demo-nvidia-h100")
-    create(cluster, "/apis/apps/v1/namespaces/team-b/deployments", deployment)
-    jobs = "/apis/scheduling.koordinator.sh/v1alpha1/podmigrationjobs"
-
-    def migration() -> dict[str, Any] | None:
-        for job in get(cluster, jobs)["items"]:
-            ref = job["spec"].get("podRef", {})
-            if (
-                ref.get("namespace") == "team-b"
-                and job.get("status", {}).get("phase") == "Succeeded"
-            ):
-                return job
-        return None
-
-    def placed() -> set[str] | None:
-        nodes = [p["spec"].get("nodeName") for p in pods(cluster, "team-b").values()]
-        return set(nodes) if len(nodes) == 4 and all(nodes) else None
-
-    assert eventually("the web pods to be bound", placed) == {"demo-ascend-300i-duo"}
-    cluster.kubectl("uncordon", "demo-nvidia-h100")
-    job = eventually("the web pod's PodMigrationJob to succeed", migration, timeout=90.0)
+    place_on_demand(cluster, "team-b")
+    job = eventually("the web pod's PodMigrationJob to succeed", migrated(cluster, "team-b"), 90)
     reservation = job["spec"]["reservationOptions"]["reservationRef"]["name"]
 
     def replacement() -> dict[str, Any] | None:

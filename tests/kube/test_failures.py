@@ -31,6 +31,7 @@ from tests.kube.koordpy_process import (
     get,
     holder,
     pods,
+    ready,
     when,
 )
 
@@ -123,20 +124,6 @@ def all_bound(cluster: Cluster, namespace: str, count: int) -> dict[str, str] | 
         if not p["metadata"].get("deletionTimestamp")
     }
     return placed if len(placed) == count and all(placed.values()) else None
-
-
-def ready(cluster: Cluster, node: str) -> None:
-    eventually(
-        f"node {node} to be Ready",
-        when(
-            cluster,
-            f"/api/v1/nodes/{node}",
-            lambda n: any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in n["status"].get("conditions", [])
-            ),
-        ),
-    )
 
 
 def restart_api_server(cluster: Cluster) -> None:

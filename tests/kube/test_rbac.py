@@ -44,14 +44,16 @@ from apis.kinds import default_registry
 from apis.workloads import MPIJob, RayJob, SparkApplication, Workflow
 from controller.kube.crds import custom_resource_definition
 from hack.kube import Cluster, start_cluster, stop_cluster
-from hack.kube.demo import make_node, make_nodes
+from hack.kube.demo import make_nodes
 from tests.kube.koordpy_process import (
     ControllerProcess,
     create,
     eventually,
-    get,
     holder,
+    migrated,
+    place_on_demand,
     pods,
+    ready,
     when,
 )
 
@@ -455,63 +457,8 @@ def drive_examples(cluster: Cluster, repo_root: Path) -> None:
 def drive_migration(cluster: Cluster) -> None:
     """The descheduler drains an on-demand node: a Deployment's pod migrates through a
     PodMigrationJob into a reservation on the reserved node (as test_controller.py)."""
-    make_node(cluster, "demo-ascend-300i-duo", "ascend-310p3-300i-duo", "on-demand")
-    ready(cluster, "demo-ascend-300i-duo")
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": "team-b"},
-        "spec": {
-            "replicas": 4,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {
-                    "schedulerName": "koord-scheduler",
-                    "containers": [
-                        {
-                            "name": "web",
-                            "image": "nginx",
-                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
-    cluster.kubectl("cordon", "demo-nvidia-h100")
-    create(cluster, "/apis/apps/v1/namespaces/team-b/deployments", deployment)
-
-    def placed() -> bool:
-        nodes = [p["spec"].get("nodeName") for p in pods(cluster, "team-b").values()]
-        return len(nodes) == 4 and all(nodes)
-
-    eventually("the web pods to be bound", placed)
-    cluster.kubectl("uncordon", "demo-nvidia-h100")
-
-    def migrated() -> bool:
-        listed = get(cluster, "/apis/scheduling.koordinator.sh/v1alpha1/podmigrationjobs")
-        return any(
-            job["spec"].get("podRef", {}).get("namespace") == "team-b"
-            and job.get("status", {}).get("phase") == "Succeeded"
-            for job in listed["items"]
-        )
-
-    eventually("a web pod's PodMigrationJob to succeed", migrated, timeout=90.0)
-
-
-def ready(cluster: Cluster, node: str) -> None:
-    eventually(
-        f"node {node} to be Ready",
-        when(
-            cluster,
-            f"/api/v1/nodes/{node}",
-            lambda n: any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in n["status"].get("conditions", [])
-            ),
-        ),
-    )
+    place_on_demand(cluster, "team-b")
+    eventually("a web pod's PodMigrationJob to succeed", migrated(cluster, "team-b"), 90)
 
 
 def drive_preemption(cluster: Cluster) -> str:
