@@ -62,6 +62,7 @@ from runtime.mqtt import controller_bridge
 __all__ = [
     "FLEET_QUEUE",
     "KUBERNETES_LOOPS",
+    "MANAGER_LEASE",
     "STORE_FILE",
     "Controller",
     "KubeController",
@@ -216,10 +217,12 @@ def _loop_table(
     return {name: factory for name, factory in table.items() if name in wanted}
 
 
+#: The Lease of koord-manager's duties: koordpy and Koordinator's koord-manager never both act.
+MANAGER_LEASE: Final = "koordinator-manager"
 #: Kubernetes mode: the Lease each set of loops runs under (Koordinator's names) and the loops.
 #: The rest of :data:`~controller.loops.LOOPS` is what Kubernetes' own controllers (workloads,
-#: garbage collection), the kubelets (pod lifecycle), the API server (Event TTL) and
-#: koord-manager (NodeSLO) do on a cluster.
+#: garbage collection), the kubelets (pod lifecycle) and the API server (Event TTL) do on a
+#: cluster.
 KUBERNETES_LOOPS: Final[Mapping[str, tuple[str, ...]]] = {
     "koord-scheduler": (
         "jobs",
@@ -230,6 +233,8 @@ KUBERNETES_LOOPS: Final[Mapping[str, tuple[str, ...]]] = {
         "podgroups",
     ),
     "koord-descheduler": ("descheduler", "migration"),
+    # koord-manager's nodeslo controller ([kubernetes] manager_duties)
+    "koordinator-manager": ("nodeslo",),
 }
 
 
@@ -277,6 +282,8 @@ async def open_kube_controller(
     components: list[lifecycle.Component] = []
     identity = section.identity or default_identity()
     for lease, names in KUBERNETES_LOOPS.items():
+        if lease == MANAGER_LEASE and not section.manager_duties:
+            continue
         runner = LoopRunner(store, [loop for loop in loops if loop.name in names], name=lease)
         if not section.leader_elect:
             components.append(runner)

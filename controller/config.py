@@ -163,6 +163,10 @@ class KubernetesSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     config_namespace: str = "koordinator-system"
     #: Writes in flight at once. Default 100.
     max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 100
+    #: koord-manager's duties too: a NodeSLO per node rendered from ``slo-controller-config``,
+    #: under koord-manager's own Lease ``koordinator-manager`` (so where Koordinator's
+    #: koord-manager runs, only one of the two acts). Default true.
+    manager_duties: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:

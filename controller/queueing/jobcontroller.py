@@ -831,6 +831,9 @@ class JobController:
         self._job_views: dict[str, Sequence[Object]] = {}
         #: job key -> the job object last seen.
         self._jobs: dict[JobKey, Object] = {}
+        #: job key -> the job last seen, for jobs forgotten after a failed write (so a job
+        #: deleted before it is planned again still finds its unit and pods).
+        self._forgotten: dict[JobKey, Object] = {}
         #: job uid -> job key.
         self._uid_key: dict[str, JobKey] = {}
         self._unit_view: Sequence[Object] | None = None
@@ -859,7 +862,8 @@ class JobController:
                 seen.add(key)
                 if self._jobs.get(key) is not job:
                     dirty.add(key)
-            dirty.update(key for key in self._jobs if key[0] == name and key not in seen)
+            for known in (self._jobs, self._forgotten):
+                dirty.update(key for key in known if key[0] == name and key not in seen)
 
     def _changed_units(self, snapshot: Snapshot, store: Cluster, dirty: set[JobKey]) -> None:
         view = snapshot.objects(store.registry.for_type(QueueUnit))
@@ -991,7 +995,8 @@ class JobController:
             adapter = self._adapters[name]
             kind = store.registry.for_type(adapter.kind)
             job = snapshot.get(kind, job_name, namespace)
-            last = self._jobs.get(key)
+            forgotten = self._forgotten.pop(key, None)
+            last = self._jobs.get(key) or forgotten
             if job is not None:
                 self._jobs[key] = job
                 self._uid_key[job.metadata.uid] = key
@@ -1092,8 +1097,11 @@ class JobController:
             except StoreError as err:  # an Event lost is no reason to stop the loop
                 log.warning("jobs: recording %d events failed: %s", len(events), err)
         for key in failed:
-            # Look again soon: forget the job so the next pass treats it as changed.
-            self._jobs.pop(key, None)
+            # Look again soon: forget the job so the next pass treats it as changed (its last
+            # state kept aside, should it be deleted meanwhile).
+            forgotten = self._jobs.pop(key, None)
+            if forgotten is not None:
+                self._forgotten[key] = forgotten
             self._set_timer(key, sent_at + timedelta(seconds=RETRY_SECONDS))
 
 

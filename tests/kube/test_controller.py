@@ -98,6 +98,31 @@ def test_the_examples_apply_with_kubectl(world: tuple[Cluster, str], repo_root: 
     assert refused == []
 
 
+def test_every_node_gets_its_nodeslo_from_the_slo_controller_config(
+    world: tuple[Cluster, str],
+) -> None:
+    """koord-manager's nodeslo duty: the example's thresholds, per node strategy."""
+    cluster, _ = world
+
+    def threshold(node: str) -> dict[str, Any] | None:
+        status, slo = cluster.request("GET", f"/apis/slo.koordinator.sh/v1alpha1/nodeslos/{node}")
+        if status != 200:
+            return None
+        found: dict[str, Any] = slo["spec"].get("resourceUsedThresholdWithBE", {})
+        return found or None
+
+    reserved = eventually("the reserved node's NodeSLO", lambda: threshold("demo-nvidia-h100"))
+    on_demand = eventually("the on-demand node's NodeSLO", lambda: threshold("demo-ascend-910b3"))
+    # the cluster strategy (65 %), and the example's node strategy for reserved nodes (55 %)
+    assert (reserved["enable"], reserved["cpuSuppressPolicy"]) == (True, "cpuset")
+    assert {reserved["cpuSuppressThresholdPercent"], on_demand["cpuSuppressThresholdPercent"]} == {
+        55,
+        65,
+    }
+    assert reserved["cpuSuppressThresholdPercent"] == 55
+    assert holder(cluster, "koordinator-manager")
+
+
 def test_pods_naming_koord_scheduler_are_bound_gpu_pods_with_their_devices(
     world: tuple[Cluster, str],
 ) -> None:

@@ -44,11 +44,12 @@ from apis.kinds import default_registry
 from apis.workloads import MPIJob, RayJob, SparkApplication, Workflow
 from controller.kube.crds import custom_resource_definition
 from hack.kube import Cluster, start_cluster, stop_cluster
-from hack.kube.demo import make_nodes
+from hack.kube.demo import make_node, make_nodes
 from tests.kube.koordpy_process import (
     ControllerProcess,
     create,
     eventually,
+    get,
     holder,
     migrated,
     place_on_demand,
@@ -452,6 +453,45 @@ def drive_examples(cluster: Cluster, repo_root: Path) -> None:
         ),
     )
     drive_migration(cluster)
+    drive_nodeslos(cluster)
+
+
+NODESLOS = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
+
+
+def _suppress(cluster: Cluster, node: str) -> int | None:
+    status, slo = cluster.request("GET", f"{NODESLOS}/{node}")
+    if status != 200:
+        return None
+    threshold = slo["spec"].get("resourceUsedThresholdWithBE", {})
+    value = threshold.get("cpuSuppressThresholdPercent")
+    return int(value) if value is not None else None
+
+
+def drive_nodeslos(cluster: Cluster) -> None:
+    """koord-manager's nodeslo duty: a node's NodeSLO made from the example's
+    slo-controller-config, rewritten when the ConfigMap changes, deleted with its node."""
+    eventually("the H100 node's NodeSLO", lambda: _suppress(cluster, "demo-nvidia-h100"))
+    path = "/api/v1/namespaces/koordinator-system/configmaps/slo-controller-config"
+    config = get(cluster, path)
+    thresholds = json.loads(config["data"]["resource-threshold-config"])
+    thresholds["clusterStrategy"]["cpuSuppressThresholdPercent"] = 61
+    thresholds.pop("nodeStrategies", None)
+    config["data"]["resource-threshold-config"] = json.dumps(thresholds)
+    status, body = cluster.request("PUT", path, config)
+    assert status == 200, body
+    eventually(
+        "the NodeSLO rewritten from the changed ConfigMap",
+        lambda: _suppress(cluster, "demo-nvidia-h100") == 61,
+    )
+    make_node(cluster, "short-lived", "nvidia-h100", "reserved")
+    eventually("the new node's NodeSLO", lambda: _suppress(cluster, "short-lived"))
+    status, body = cluster.request("DELETE", "/api/v1/nodes/short-lived")
+    assert status == 200, body
+    eventually(
+        "the deleted node's NodeSLO gone",
+        lambda: cluster.request("GET", f"{NODESLOS}/short-lived")[0] == 404,
+    )
 
 
 def drive_migration(cluster: Cluster) -> None:
