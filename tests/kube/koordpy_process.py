@@ -87,6 +87,12 @@ def ready(cluster: Cluster, node: str) -> None:
     )
 
 
+def ready_node(cluster: Cluster, name: str, device_profile: str, capacity_type: str) -> None:
+    """A node as koordpy's agent reports it (:func:`hack.kube.demo.make_node`), once Ready."""
+    make_node(cluster, name, device_profile, capacity_type)
+    ready(cluster, name)
+
+
 #: Where :func:`place_on_demand` puts its Deployment's pods, and where they are to go.
 ON_DEMAND, RESERVED = "demo-ascend-300i-duo", "demo-nvidia-h100"
 PODMIGRATIONJOBS = "/apis/scheduling.koordinator.sh/v1alpha1/podmigrationjobs"
@@ -97,8 +103,7 @@ def place_on_demand(cluster: Cluster, namespace: str) -> None:
     fresh on-demand node (the example's own is drained and cordoned by then) and a Deployment
     ``web`` of 4 replicas bound there, the reserved node cordoned until they are. 4: more than
     the example's ``maxUnavailablePerWorkload`` (3), below which a workload is not migrated."""
-    make_node(cluster, ON_DEMAND, "ascend-310p3-300i-duo", "on-demand")
-    ready(cluster, ON_DEMAND)
+    ready_node(cluster, ON_DEMAND, "ascend-310p3-300i-duo", "on-demand")
     container = {
         "name": "web",
         "image": "nginx",

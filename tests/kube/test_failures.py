@@ -23,7 +23,6 @@ import pytest
 
 from apis import constants as k
 from hack.kube import Cluster, start_cluster, stop_cluster
-from hack.kube.demo import make_node
 from tests.kube.koordpy_process import (
     ControllerProcess,
     create,
@@ -31,7 +30,7 @@ from tests.kube.koordpy_process import (
     get,
     holder,
     pods,
-    ready,
+    ready_node,
     when,
 )
 
@@ -169,8 +168,7 @@ def test_an_api_server_restart_loses_nothing_and_binds_nothing_twice(
     repo_root: Path,
 ) -> None:
     node = f"{scene}-n1"
-    make_node(cluster, node, "nvidia-h100", "reserved")
-    ready(cluster, node)
+    ready_node(cluster, node, "nvidia-h100", "reserved")
     controller = launch(controllers, cluster, tmp_path, repo_root, "only")
     eventually("the controller to lead", lambda: holder(cluster) == "only")
     selector = {k.LABEL_HOSTNAME: node}
@@ -204,8 +202,7 @@ def test_a_standby_takes_over_from_a_killed_leader_without_double_charging_a_quo
     repo_root: Path,
 ) -> None:
     node = f"{scene}-n1"
-    make_node(cluster, node, "nvidia-h100", "reserved")
-    ready(cluster, node)
+    ready_node(cluster, node, "nvidia-h100", "reserved")
     quota = {
         "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
         "kind": "ElasticQuota",
@@ -256,8 +253,7 @@ def test_pods_deleted_in_flight_and_a_deleted_node_leave_a_clean_state(
 ) -> None:
     keep, doomed = f"{scene}-keep", f"{scene}-doomed"
     for name in (keep, doomed):
-        make_node(cluster, name, "nvidia-h100", "reserved")
-        ready(cluster, name)
+        ready_node(cluster, name, "nvidia-h100", "reserved")
     controller = launch(controllers, cluster, tmp_path, repo_root, "only")
     eventually("the controller to lead", lambda: holder(cluster) == "only")
     group = {"koordpy.io/test-scene": scene}
@@ -309,8 +305,7 @@ def test_a_device_changing_under_an_allocation_keeps_it_and_steers_new_ones(
     repo_root: Path,
 ) -> None:
     node = f"{scene}-gpu"
-    make_node(cluster, node, "nvidia-h100", "reserved")
-    ready(cluster, node)
+    ready_node(cluster, node, "nvidia-h100", "reserved")
     launch(controllers, cluster, tmp_path, repo_root, "only")
     eventually("the controller to lead", lambda: holder(cluster) == "only")
     selector = {k.LABEL_HOSTNAME: node}

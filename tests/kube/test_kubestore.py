@@ -91,6 +91,24 @@ async def held_pod(client: KubeClient, store: KubeStore, namespace: str, name: s
     return pod
 
 
+async def events_of(
+    client: KubeClient, namespace: str, reason: str, *, about: str = ""
+) -> list[dict[str, Any]]:
+    """The Events of ``reason`` in ``namespace`` (about the object named ``about``, if given),
+    once there is one: Events are written after the write they tell of."""
+    path = f"/api/v1/namespaces/{namespace}/events"
+    async with asyncio.timeout(WAIT):
+        while True:
+            found = [
+                e
+                for e in json.loads(await client.get(path))["items"]
+                if e["reason"] == reason and about in ("", e["involvedObject"]["name"])
+            ]
+            if found:
+                return found
+            await asyncio.sleep(0.1)
+
+
 async def make_node(client: KubeClient, name: str) -> None:
     body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
     await client.post(resource_path(NODES), dumps(body), kind=NODES)
@@ -224,15 +242,7 @@ async def test_an_invalid_write_is_a_result_and_an_event_on_the_object(
     [result] = await results(store.write([Write.update(invalid)]))
     assert isinstance(result, Invalid), result
     assert "metadata.labels" in str(result)
-    path = f"/api/v1/namespaces/{namespace}/events"
-    async with asyncio.timeout(WAIT):
-        while True:
-            events = json.loads(await client.get(path))["items"]
-            failed = [e for e in events if e["reason"] == "FailedWrite"]
-            if failed:
-                break
-            await asyncio.sleep(0.1)
-    [event] = failed
+    [event] = await events_of(client, namespace, "FailedWrite")
     assert event["involvedObject"]["name"] == "bad"
     assert event["type"] == "Warning"
     assert "metadata.labels" in event["message"]
@@ -271,19 +281,7 @@ async def test_an_object_koordpy_cannot_read_is_left_out_and_told_why(
         current = json.loads(await client.get(resource_path(kind, "", name)))
         current["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
         await client.put(resource_path(kind, "", name), dumps(current), kind=kind)
-        events_path = "/api/v1/namespaces/default/events"
-        async with asyncio.timeout(WAIT):
-            while True:
-                events = json.loads(await client.get(events_path))["items"]
-                told = [
-                    e
-                    for e in events
-                    if e["reason"] == "InvalidObject" and e["involvedObject"]["name"] == name
-                ]
-                if told:
-                    break
-                await asyncio.sleep(0.1)
-        [event] = told
+        [event] = await events_of(client, "default", "InvalidObject", about=name)
         assert event["type"] == "Warning"
         assert "imagePullPolicyy" in event["message"]
         assert event["involvedObject"]["kind"] == "Reservation"
@@ -309,15 +307,7 @@ async def test_a_quota_koordinators_webhook_would_refuse_is_told_why(
     opened = KubeStore(client)
     await opened.start(sync_timeout=WAIT)
     try:
-        events_path = f"/api/v1/namespaces/{namespace}/events"
-        async with asyncio.timeout(WAIT):
-            while True:
-                events = json.loads(await client.get(events_path))["items"]
-                told = [e for e in events if e["reason"] == "InvalidObject"]
-                if told:
-                    break
-                await asyncio.sleep(0.1)
-        [event] = told
+        [event] = await events_of(client, namespace, "InvalidObject")
         assert event["involvedObject"]["name"] == "upside-down"
         assert event["type"] == "Warning"
         assert "spec.min" in event["message"]
