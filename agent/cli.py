@@ -10,6 +10,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
+import msgspec
 from prometheus_client import CollectorRegistry
 
 from agent import config as agent_config
@@ -28,6 +29,7 @@ from apis.scheduling import Device
 from runtime import configfile, lifecycle, logs, mqtt
 from runtime.bus import Bus, BusError, node_topic
 from runtime.exposition import MetricsAddressError, serve_metrics
+from runtime.kube.client import ClientOptions, KubeClient, connect
 
 __all__ = ["main"]
 
@@ -53,6 +55,18 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     node = node_name(getattr(args, "node_name", None), cfg)
     try:
         if action == "run":
+            kubeconfig = getattr(args, "kubeconfig", None)
+            if kubeconfig:
+                cfg = msgspec.structs.replace(
+                    cfg,
+                    report=msgspec.structs.replace(cfg.report, transport="kubernetes"),
+                    kubernetes=msgspec.structs.replace(cfg.kubernetes, kubeconfig=kubeconfig),
+                )
+            context = getattr(args, "context", None)
+            if context:
+                cfg = msgspec.structs.replace(
+                    cfg, kubernetes=msgspec.structs.replace(cfg.kubernetes, context=context)
+                )
             return _run(cfg, node)
         if action == "devices":
             device = asyncio.run(_devices(cfg, node))
@@ -71,7 +85,8 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
 
 def _run(cfg: agent_config.AgentConfig, node: str) -> int:
     """The daemon on this host: QoS over its cgroups, metrics, and reports to the controller
-    through the MQTT broker (``[report] transport = "mqtt"``) or nowhere (``"none"``)."""
+    through the MQTT broker (``[report] transport = "mqtt"``), to a Kubernetes API server
+    (``"kubernetes"``) or nowhere (``"none"``)."""
     if cfg.report.transport == "bus":
         print(BUS_EMBEDDED, file=sys.stderr)
         return configfile.EXIT_CONFIG
@@ -90,6 +105,9 @@ def _run(cfg: agent_config.AgentConfig, node: str) -> int:
     async def serve() -> None:
         with lifecycle.stop_event() as stop, serve_metrics(cfg.metrics.address, registry):
             async with contextlib.AsyncExitStack() as stack:
+                kube: KubeClient | None = None
+                if cfg.report.transport == "kubernetes":
+                    kube = await stack.enter_async_context(await _connect(cfg.kubernetes))
                 bus: Bus | None = None
                 if cfg.report.transport == "mqtt":
                     # The bridge is entered first so that it leaves last: the publisher's final
@@ -107,6 +125,7 @@ def _run(cfg: agent_config.AgentConfig, node: str) -> int:
                 await daemon.run(
                     cfg,
                     bus=bus,
+                    kube=kube,
                     stop=stop,
                     node=node,
                     qos=True,
@@ -119,7 +138,19 @@ def _run(cfg: agent_config.AgentConfig, node: str) -> int:
     except MetricsAddressError as err:
         print(f"{PROG} run: {err}", file=sys.stderr)
         return configfile.EXIT_CONFIG
+    except configfile.ConfigError as err:  # an unusable kubeconfig or service account
+        return configfile.exit_on_error(ConfigError(str(err)), prog=PROG)
     return 0
+
+
+async def _connect(section: agent_config.KubernetesSection) -> KubeClient:
+    """The API server connection of ``[kubernetes]`` (its kubeconfig, else in-cluster)."""
+    options = ClientOptions(
+        qps=section.qps, burst=section.burst, timeout=section.timeout, user_agent="koordpy-agent"
+    )
+    return await connect(
+        section.kubeconfig or None, context=section.context or None, options=options
+    )
 
 
 async def _devices(cfg: agent_config.AgentConfig, node: str) -> Device:

@@ -27,6 +27,17 @@ Every key is optional; an unknown key is an error naming it (exit status 2). Exa
 
     [evictions]
     mode = "controller"
+
+In a Kubernetes cluster (the Helm chart's DaemonSet)::
+
+    [report]
+    transport = "kubernetes"
+
+    [kubernetes]
+    kubeconfig = ""           # the pod's service account
+
+    [pods]
+    source = "kubelet"        # or "apiserver": a watch of the pods bound to this node
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ __all__ = [
     "DevicesSection",
     "EvictionsSection",
     "HostPaths",
+    "KubernetesSection",
     "MetricsSection",
     "PodsSection",
     "QoSSection",
@@ -139,10 +151,12 @@ class MetricsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 
 class ReportSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    #: How reports reach the controller: ``mqtt`` (fleet), ``bus`` (in-process, only when
-    #: the agent is embedded in ``koordpy up``) or ``none`` (a node on its own: QoS only,
-    #: nothing reported). Default ``mqtt``.
-    transport: Literal["bus", "mqtt", "none"] = "mqtt"
+    #: How reports reach the controller: ``mqtt`` (fleet), ``kubernetes`` (a Kubernetes API
+    #: server, as koordlet reports: the node's Device and its NodeMetric's status, Events;
+    #: the NodeSLO read from it; evictions through its Eviction API), ``bus`` (in-process,
+    #: only when the agent is embedded in ``koordpy up``) or ``none`` (a node on its own: QoS
+    #: only, nothing reported). Default ``mqtt``.
+    transport: Literal["bus", "mqtt", "kubernetes", "none"] = "mqtt"
     #: Seconds between checks of Node and Device for changes (a change is published at once).
     #: Default 10.
     interval: Seconds = 10.0
@@ -154,6 +168,22 @@ class ReportSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     device_interval: Seconds = 30.0
     #: The broker of ``transport = "mqtt"`` (host, port, TLS files, user, password file).
     mqtt: MqttSettings = msgspec.field(default_factory=MqttSettings)
+
+
+class KubernetesSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The API server of ``[report] transport = "kubernetes"``."""
+
+    #: A kubeconfig file; empty: ``--kubeconfig``, else the pod's service account
+    #: (in-cluster). Default empty.
+    kubeconfig: str = ""
+    #: The kubeconfig's context; empty: its current one.
+    context: str = ""
+    #: Client-side rate limit, requests per second, and its burst (koordlet's
+    #: ``-kube-api-qps`` 20 and ``-kube-api-burst`` 30).
+    qps: Annotated[float, msgspec.Meta(gt=0)] = 20.0
+    burst: Annotated[int, msgspec.Meta(ge=1)] = 30
+    #: Seconds one request may take before the API server counts as unreachable. Default 10.
+    timeout: Seconds = 10.0
 
 
 class DevicesSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -195,9 +225,11 @@ class QoSSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
 
 class PodsSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    #: Where pods come from: ``kubelet``, ``file`` (nodes without a kubelet) or ``bindings``
-    #: (the controller's retained PodList topic). Default ``kubelet``.
-    source: Literal["kubelet", "file", "bindings"] = "kubelet"
+    #: Where pods come from: ``kubelet``, ``apiserver`` (a watch of the pods whose
+    #: ``spec.nodeName`` is this node; needs ``[report] transport = "kubernetes"``), ``file``
+    #: (nodes without a kubelet) or ``bindings`` (the controller's retained PodList topic).
+    #: Default ``kubelet``.
+    source: Literal["kubelet", "apiserver", "file", "bindings"] = "kubelet"
     #: The kubelet's address and port (10255, the read-only port, is plain HTTP; any other
     #: HTTPS). Default 127.0.0.1:10250.
     kubelet_address: str = "127.0.0.1"
@@ -242,12 +274,20 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     cgroup: CgroupSection = msgspec.field(default_factory=CgroupSection)
     metrics: MetricsSection = msgspec.field(default_factory=MetricsSection)
     report: ReportSection = msgspec.field(default_factory=ReportSection)
+    kubernetes: KubernetesSection = msgspec.field(default_factory=KubernetesSection)
     devices: DevicesSection = msgspec.field(default_factory=DevicesSection)
     qos: QoSSection = msgspec.field(default_factory=QoSSection)
     #: Batch/Mid resources (the fields of Koordinator's ColocationStrategy, in snake_case).
     colocation: ColocationSettings = msgspec.field(default_factory=ColocationSettings)
     pods: PodsSection = msgspec.field(default_factory=PodsSection)
     evictions: EvictionsSection = msgspec.field(default_factory=EvictionsSection)
+
+    def __post_init__(self) -> None:
+        if self.pods.source == "apiserver" and self.report.transport != "kubernetes":
+            raise ValueError(
+                "[pods] source = 'apiserver' needs [report] transport = 'kubernetes'"
+                f" (it is {self.report.transport!r})"
+            )
 
 
 def load(path: str | Path | None = None) -> AgentConfig:

@@ -51,18 +51,22 @@ from agent.devices.base import (
     probe_all,
     probes_for,
 )
+from agent.devices.events import health_events
 from agent.errors import Unsupported
+from agent.evictor import Evictor, KubeEvictor
 from agent.metrics import exporter, health
 from agent.metrics.collector import Collector, SharePools, build_collector, build_sampler
 from agent.metrics.policy import NodeMetricSpecFollower
 from agent.metrics.usage import UsageSampler
 from agent.node import HostFacts, build_node, node_name, read_host_facts
+from agent.pods.apiserver import ApiServerPodSource
 from agent.pods.base import PodSource
 from agent.qos import service
 from agent.qos.cpuset_pool import bound_cpus, kubelet_pinned_cpus, node_excluded_cpus
 from agent.qos.framework import CpuInfo
 from agent.qos.loop import QoSLoop
 from agent.report.bus import BusPublisher
+from agent.report.kubernetes import KubePublisher, NodeObjects
 from agent.report.transport import NullPublisher, Publisher
 from agent.states import PodStateCache, cpu_topology, pod_states
 from apis.core import Node, Pod
@@ -73,6 +77,7 @@ from apis.scheduling import Device
 from apis.slo import NodeMetric
 from runtime import lifecycle
 from runtime.bus import Bus
+from runtime.kube.client import KubeClient
 
 __all__ = ["DEVICE_INTERVAL", "NodeMetricReporter", "Reporter", "device_of", "run"]
 
@@ -96,7 +101,9 @@ def device_of(node: str, results: Sequence[ProbeResult]) -> Device:
 class Reporter:
     """Probes, then publishes the Node and Device of one node, every interval and when woken.
 
-    A body identical to the last one is not sent again; the Node's Ready heartbeat is refreshed
+    A device whose health changed is told as an Event on the Node
+    (:func:`agent.devices.events.health_events`). A body identical to the last one is not sent
+    again; the Node's Ready heartbeat is refreshed
     only when the Node changed or ``heartbeat`` seconds have passed, and the Device's report
     time (``koordpy.io/reported-at``) when its content changed or ``device_interval`` seconds
     have passed, so an idle node publishes its Node once per ``heartbeat`` and its Device once
@@ -228,6 +235,8 @@ class Reporter:
             node = node_at(now)
         await self._publisher.report("node", node)
         await self._publisher.report("device", device)
+        for event in health_events(self._device, device, node=self.node, now=now):
+            await self._publisher.event(event)
         self._node = node
         self._device = device
 
@@ -365,6 +374,7 @@ async def run(
     *,
     bus: Bus | None,
     stop: asyncio.Event,
+    kube: KubeClient | None = None,
     node: str | None = None,
     probes: Sequence[DeviceProbe] | None = None,
     facts: Callable[[], HostFacts] | None = None,
@@ -380,7 +390,10 @@ async def run(
     ``node`` defaults to ``[agent] node_name``, ``$NODE_NAME`` or the hostname; ``probes`` to
     the probes the config asks for (:func:`agent.devices.base.probes_for`); ``facts`` to this
     host's (:func:`agent.node.read_host_facts`). ``ready`` is set once the first Node and
-    Device are published. ``bus`` None: nothing is reported (``[report] transport = "none"``).
+    Device are published. ``bus`` None: nothing is reported (``[report] transport = "none"``),
+    unless ``kube`` connects the agent to a Kubernetes API server (``"kubernetes"``): then
+    the reports, the NodeSLO, the NodeMetric spec, the Node, the pods (``[pods] source =
+    "apiserver"``) and evictions go through it (:mod:`agent.report.kubernetes`).
     ``detect_cgroups`` False (a simulated node): metrics and NodeMetric cover the node and
     its devices, no pods. ``qos``: also run the QoS loop over this host's cgroups (needs them
     detected). With a ``registry``, the metrics of the module docstring are exported on it
@@ -409,7 +422,14 @@ async def run(
             extra={"node": name},
         )
         transport: Publisher
-        if bus is None:
+        objects: NodeObjects | None = None
+        components: list[lifecycle.Component] = []
+        if kube is not None:
+            objects = NodeObjects(kube, name, pods=cfg.pods.source == "apiserver")
+            kube_publisher = KubePublisher(objects)
+            transport = kube_publisher
+            components.extend([objects, kube_publisher])
+        elif bus is None:
             transport = await stack.enter_async_context(NullPublisher(name))
         else:
             transport = await stack.enter_async_context(BusPublisher(bus, name, clock=clock))
@@ -429,7 +449,7 @@ async def run(
         )
         if exported is not None:
             exported.results = lambda: reporter.last_results
-        components: list[lifecycle.Component] = [reporter]
+        components.append(reporter)
         for probe in chosen:
             _attach(probe, reporter, components, stack)
         await reporter.report(results)
@@ -439,18 +459,19 @@ async def run(
         if qos and cgroup is None:
             _log.warning("node %s: no cgroups detected, QoS is off", name)
         run_qos = qos and cgroup is not None
-        pods = _pod_source(cfg, name, bus, cgroup, required=run_qos)
+        pods = _pod_source(cfg, name, bus, cgroup, required=run_qos, objects=objects)
         pod_list: Callable[[], Sequence[Pod]] = (
             (lambda: pods.pods) if pods is not None else _no_pods
         )
-        follower = _nodeslo_follower(cfg, name, bus) if cgroup is not None else None
-        metric_spec = NodeMetricSpecFollower(bus, name)
+        follower = _nodeslo_follower(cfg, name, bus, objects) if cgroup is not None else None
+        metric_spec = NodeMetricSpecFollower(
+            bus, name, watched=objects.nodemetric if objects is not None else None
+        )
+        node_object = _node_object(name, reporter, objects)
         sampler = build_sampler(cfg, cgroup)
         pools: Callable[[], SharePools] = _no_pools
         if run_qos and cgroup is not None and service.base_settings(cfg).gate("CPUSetAllocator"):
-            pools = _SharePoolsOf(
-                cgroup, cpu_topology(cfg.host), pod_list, lambda: reporter.last_node
-            )
+            pools = _SharePoolsOf(cgroup, cpu_topology(cfg.host), pod_list, node_object)
         collector = build_collector(
             cfg,
             node=name,
@@ -475,7 +496,14 @@ async def run(
         components.extend([collecting, nodemetrics, metric_spec])
         components.extend(c for c in (pods, follower) if c is not None)
         if run_qos and cgroup is not None and pods is not None and follower is not None:
-            loop = _qos_loop(cfg, name, cgroup, bus, publisher, reporter, pods, follower, sampler)
+            evictor = (
+                KubeEvictor(kube, name, events=publisher)
+                if kube is not None
+                else service.evictor_for(cfg, node=name, bus=bus, events=publisher)
+            )
+            loop = _qos_loop(
+                cfg, name, cgroup, node_object, evictor, reporter, pods, follower, sampler
+            )
             loop.on_pass = lambda result: node_health.writes(result.results)
             components.append(loop)
             if registry is not None and loop.gauges is not None:
@@ -513,6 +541,20 @@ def _attach(
         stack.push_async_callback(close)
 
 
+def _node_object(
+    name: str, reporter: Reporter, objects: NodeObjects | None
+) -> Callable[[], Node | None]:
+    """The Node the QoS strategies read: the API server's (the kubelet's, with what the
+    controller wrote into it) in Kubernetes mode once it is seen, else the one this agent
+    reports."""
+
+    def node_object() -> Node | None:
+        seen = objects.node_object() if objects is not None else None
+        return seen if seen is not None else reporter.last_node
+
+    return node_object
+
+
 def _pod_source(
     cfg: AgentConfig,
     name: str,
@@ -520,27 +562,34 @@ def _pod_source(
     cgroup: detect.CgroupInfo | None,
     *,
     required: bool,
+    objects: NodeObjects | None = None,
 ) -> PodSource | None:
     """The configured pod source (QoS and metrics share it); none without cgroups (nothing
-    to measure pods by), nor for ``bindings`` without a bus unless QoS needs it (an error)."""
+    to measure pods by), nor for ``bindings`` without a bus unless QoS needs it (an error).
+    ``apiserver``: the pods ``objects`` watches."""
     if cgroup is None:
         return None
+    if cfg.pods.source == "apiserver" and objects is not None and objects.pods is not None:
+        return ApiServerPodSource(objects.pods)
     if cfg.pods.source == "bindings" and bus is None and not required:
         return None
     return service.pod_source(cfg, node=name, bus=bus)
 
 
-def _nodeslo_follower(cfg: AgentConfig, name: str, bus: Bus | None) -> service.NodeSLOFollower:
+def _nodeslo_follower(
+    cfg: AgentConfig, name: str, bus: Bus | None, objects: NodeObjects | None
+) -> service.NodeSLOFollower:
     fallback = service.read_nodeslo_file(cfg.qos.nodeslo_file) if cfg.qos.nodeslo_file else None
-    return service.NodeSLOFollower(bus, name, fallback=fallback)
+    watched = objects.nodeslo if objects is not None else None
+    return service.NodeSLOFollower(bus, name, fallback=fallback, watched=watched)
 
 
 def _qos_loop(
     cfg: AgentConfig,
     name: str,
     cgroup: detect.CgroupInfo,
-    bus: Bus | None,
-    publisher: Publisher,
+    node_seen: Callable[[], Node | None],
+    evictor: Evictor | None,
     reporter: Reporter,
     pods: PodSource,
     follower: service.NodeSLOFollower,
@@ -550,7 +599,7 @@ def _qos_loop(
     ticks (``sampler``)."""
 
     def node_object() -> Node:
-        return reporter.last_node or Node(metadata=ObjectMeta(name=name))
+        return node_seen() or Node(metadata=ObjectMeta(name=name))
 
     loop = service.build_loop(
         cfg,
@@ -559,7 +608,7 @@ def _qos_loop(
         pods=lambda: pods.pods,
         node_object=node_object,
         nodeslo=follower.current,
-        evictor=service.evictor_for(cfg, node=name, bus=bus, events=publisher),
+        evictor=evictor,
         on_node_resources=reporter.set_extended_resources,
         sampler=sampler,
     )

@@ -9,7 +9,8 @@ evicted the pod (or asked for it) now. Two ways out:
 * :class:`ApiServerEvictor` POSTs a ``policy/v1`` Eviction to a Kubernetes API server
   (``/api/v1/namespaces/{ns}/pods/{name}/eviction``, bearer token, the pod's uid as a
   precondition) and publishes the Event itself on the agent's ``events`` topic: ``Evicted``
-  when the API server accepted, ``EvictionFailed`` when it refused.
+  when the API server accepted, ``EvictionFailed`` when it refused. :class:`KubeEvictor` does
+  the same over the agent's connection of ``[report] transport = "kubernetes"``.
 
 Both remember the pods they evicted for ``ttl`` seconds (:class:`RecentEvictions`), so a pod
 that is still terminating is not evicted twice; a refused eviction is not remembered and the
@@ -35,8 +36,20 @@ from agent.report.transport import Publisher
 from apis.codec import encode_json
 from apis.core import Event, EventSource, Pod
 from apis.eviction import EVICTED_REASON, EVICTIONS_LEAF, EvictionRequest, to_api
+from apis.kinds import default_registry
 from apis.meta import ObjectMeta, ObjectReference
 from runtime.bus import node_topic
+from runtime.kube.client import KubeClient, resource_path
+from runtime.kube.errors import (
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+    ServerUnavailable,
+)
 
 __all__ = [
     "COMPONENT",
@@ -47,6 +60,7 @@ __all__ = [
     "ControllerEvictor",
     "EvictionSink",
     "Evictor",
+    "KubeEvictor",
     "RecentEvictions",
     "eviction_event",
     "eviction_request",
@@ -264,6 +278,13 @@ class ApiServerEvictor:
             with err:
                 return err.code, err.read().decode(errors="replace")
 
+    async def _send(self, eviction: Eviction, body: bytes) -> tuple[int, str]:
+        """POST the Eviction ``body``: the HTTP status and the response text; OSError or
+        TimeoutError when the server cannot be reached."""
+        token = await asyncio.to_thread(self._bearer)
+        async with asyncio.timeout(self.timeout + 1):
+            return await asyncio.to_thread(self._post, self.url(eviction), body, token)
+
     async def evict(self, eviction: Eviction) -> bool:
         key = pod_key(eviction.pod)
         shown = _shown(eviction)
@@ -273,9 +294,7 @@ class ApiServerEvictor:
         body = encode_json(to_api(eviction_request(eviction)))
         where = {"pod": shown, "feature": eviction.reason}
         try:
-            token = await asyncio.to_thread(self._bearer)
-            async with asyncio.timeout(self.timeout + 1):
-                status, text = await asyncio.to_thread(self._post, self.url(eviction), body, token)
+            status, text = await self._send(eviction, body)
         except (OSError, TimeoutError) as err:
             _log.warning("evicting pod %s failed: %s", shown, err, extra=where)
             await self._event(eviction, FAILED_REASON, f"API server unreachable: {err}")
@@ -302,3 +321,61 @@ class ApiServerEvictor:
             eviction, node=self.node, now=self._wall_clock(), reason=reason, note=note
         )
         await self._events.event(event)
+
+
+class KubeEvictor(ApiServerEvictor):
+    """:class:`ApiServerEvictor` over the agent's own API server connection (``[report]
+    transport = "kubernetes"``): its credentials, rate limit and timeouts."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        node: str,
+        *,
+        events: Publisher | None = None,
+        ttl: float = DEFAULT_TTL,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        super().__init__(
+            client.server,
+            node,
+            timeout=client.options.timeout,
+            events=events,
+            ttl=ttl,
+            clock=clock,
+            wall_clock=wall_clock,
+        )
+        self._client = client
+
+    async def _send(self, eviction: Eviction, body: bytes) -> tuple[int, str]:
+        meta = eviction.pod.metadata
+        namespace = meta.namespace or "default"
+        path = resource_path(_PODS, namespace, meta.name, "eviction")
+        try:
+            await self._client.post(path, body, kind=_PODS, namespace=namespace, name=meta.name)
+        except ServerUnavailable as err:
+            if err.code == 0:
+                raise OSError(err.message) from None
+            return err.code, err.message
+        except KubeError as err:
+            return _http_status(err), err.message
+        return 201, ""
+
+
+_PODS: Final = default_registry().for_type(Pod)
+
+
+def _http_status(err: KubeError) -> int:
+    """The HTTP status a refusal stands for (what :meth:`ApiServerEvictor.evict` decides by)."""
+    if isinstance(err, NotFound):
+        return 404
+    if isinstance(err, Conflict | AlreadyExists):
+        return 409
+    if isinstance(err, Forbidden):
+        return 403
+    if isinstance(err, Invalid):
+        return 422
+    if isinstance(err, ApiError):
+        return err.code
+    return 400

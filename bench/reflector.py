@@ -5,7 +5,7 @@ kube-bin``) holding ``--pods`` pods (5,000, as :func:`bench.store.make_pods` mak
 annotations, requests, affinity, tolerations; the API server adds its defaults and
 ``managedFields``). Then, ``--repeat`` times (the fastest counts):
 
-- **reflector**: a :class:`~controller.kube.reflector.Reflector` of Pods from start until its
+- **reflector**: a :class:`~runtime.kube.reflector.Reflector` of Pods from start until its
   first list is in: chunked LIST (500 a page) and every pod decoded into
   :class:`~apis.core.Pod`, as the controller's informers do;
 - **peer**: the same pages fetched with the same client and each parsed with ``json.loads``
@@ -35,8 +35,8 @@ from apis.core import Pod, PodStatus
 from apis.kinds import default_registry
 from bench.store import make_pods
 from controller.kube.client import ClientOptions, KubeClient, connect, resource_path
-from controller.kube.reflector import Reflector
 from hack.kube import start_cluster, stop_cluster
+from runtime.kube.reflector import Reflector
 
 __all__ = ["main"]
 

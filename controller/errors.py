@@ -14,6 +14,10 @@
         └── Expired          watch resourceVersion older than the history, or a watcher that
                              fell too far behind (re-list, then watch again)
 
+The six that name what an API server answers are also the :mod:`runtime.kube.errors` of the
+same name, so the Kubernetes client raises them for the controller (:mod:`controller.kube.client`)
+and what the agent shares with it catches them too.
+
 Messages read like the Kubernetes API server's: ``pods "web" not found``,
 ``reservations.scheduling.koordinator.sh "r1" already exists``.
 """
@@ -27,6 +31,7 @@ from typing import ClassVar
 from apis.kinds import Kind
 from apis.validation import FieldError
 from runtime import configfile
+from runtime.kube import errors as kube
 
 __all__ = [
     "AlreadyExists",
@@ -99,7 +104,7 @@ def _qualified_kind(kind: Kind) -> str:
     return f"{kind.kind}.{kind.group}" if kind.group else kind.kind
 
 
-class NotFound(StoreError):  # noqa: N818 - reads as Kubernetes says it
+class NotFound(StoreError, kube.NotFound):  # noqa: N818 - reads as Kubernetes says it
     """No object of that kind, namespace and name."""
 
     @classmethod
@@ -109,7 +114,7 @@ class NotFound(StoreError):  # noqa: N818 - reads as Kubernetes says it
         )
 
 
-class AlreadyExists(StoreError):  # noqa: N818 - reads as Kubernetes says it
+class AlreadyExists(StoreError, kube.AlreadyExists):  # noqa: N818 - reads as Kubernetes says it
     """A create whose name is already taken."""
 
     @classmethod
@@ -119,7 +124,7 @@ class AlreadyExists(StoreError):  # noqa: N818 - reads as Kubernetes says it
         )
 
 
-class Conflict(StoreError):  # noqa: N818 - reads as Kubernetes says it
+class Conflict(StoreError, kube.Conflict):  # noqa: N818 - reads as Kubernetes says it
     """A write based on a version that is no longer current."""
 
     @classmethod
@@ -134,7 +139,7 @@ class Conflict(StoreError):  # noqa: N818 - reads as Kubernetes says it
         )
 
 
-class Invalid(StoreError):  # noqa: N818 - reads as Kubernetes says it
+class Invalid(StoreError, kube.Invalid):  # noqa: N818 - reads as Kubernetes says it
     """An object the store refuses to keep.
 
     ``causes`` holds one ``field: reason`` line per problem; ``field`` and ``value`` are those of
@@ -175,7 +180,7 @@ class Invalid(StoreError):  # noqa: N818 - reads as Kubernetes says it
         )
 
 
-class Forbidden(Invalid):
+class Forbidden(Invalid, kube.Forbidden):
     """An object an admission rule refuses outright, as the API server words it:
     ``pods "web" is forbidden: no PriorityClass with name gold was found``."""
 
@@ -201,7 +206,7 @@ class Forbidden(Invalid):
         )
 
 
-class Expired(StoreError):  # noqa: N818 - reads as Kubernetes says it
+class Expired(StoreError, kube.Expired):  # noqa: N818 - reads as Kubernetes says it
     """A watch that cannot continue from the version asked for (HTTP 410 Gone)."""
 
 

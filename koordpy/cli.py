@@ -108,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = agent_sub.add_parser(action, parents=[api], help=text)
         cmd.add_argument("--config", help="agent TOML config (default /etc/koordpy/agent.toml)")
         cmd.add_argument("--node-name", help="node name (default $NODE_NAME or hostname)")
+        if action == "run":
+            cmd.add_argument(
+                "--kubeconfig",
+                help="report to this kubeconfig's cluster ([report] transport = 'kubernetes';"
+                " default [kubernetes] kubeconfig, else the pod's service account)",
+            )
+            cmd.add_argument("--context", help="kubeconfig context (default: its current one)")
         if action == "devices":
             cmd.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
         if action == "plan":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Final, get_args
 
 import msgspec
@@ -54,15 +55,26 @@ def followed(settings: MetricsSection, spec: NodeMetricSpec | None) -> MetricsSe
 
 
 class NodeMetricSpecFollower:
-    """A component keeping the latest NodeMetric spec the controller sent this node."""
+    """A component keeping the latest NodeMetric spec the controller sent this node, or the
+    spec of the NodeMetric ``watched`` returns (Kubernetes mode: the object a watch holds)."""
 
-    def __init__(self, bus: Bus | None, node: str) -> None:
+    def __init__(
+        self,
+        bus: Bus | None,
+        node: str,
+        *,
+        watched: Callable[[], NodeMetric | None] | None = None,
+    ) -> None:
         self.name = f"{LEAF}/{node}"
         self._bus = bus
         self._node = node
+        self._watched = watched
         self._spec: NodeMetricSpec | None = None
 
     def current(self) -> NodeMetricSpec | None:
+        if self._watched is not None:
+            metric = self._watched()
+            return metric.spec if metric is not None else None
         return self._spec
 
     def handle(self, payload: bytes) -> None:

@@ -98,6 +98,11 @@ def pod_source(cfg: AgentConfig, *, node: str, bus: Bus | None) -> PodSource:
                 "[pods] source = 'bindings' needs the controller's bus (embedded in `koordpy up`)"
             )
         return BindingsPodSource(bus, node)
+    if pods.source == "apiserver":
+        raise ConfigError(
+            "[pods] source = 'apiserver' needs the agent connected to a Kubernetes API server"
+            " ([report] transport = 'kubernetes')"
+        )
     return KubeletPodSource(
         kubelet_url(pods.kubelet_address, pods.kubelet_port),
         token_file=pods.kubelet_token_file,
@@ -131,17 +136,28 @@ def evictor_for(
 
 
 class NodeSLOFollower:
-    """Follows the controller's ``nodeslo`` topic for this node; the file NodeSLO otherwise."""
+    """Follows the controller's ``nodeslo`` topic for this node, or ``watched`` (the NodeSLO
+    a Kubernetes watch holds, :class:`agent.report.kubernetes.NodeObjects`); the file NodeSLO
+    while neither has one."""
 
-    def __init__(self, bus: Bus | None, node: str, *, fallback: NodeSLOSpec | None = None) -> None:
+    def __init__(
+        self,
+        bus: Bus | None,
+        node: str,
+        *,
+        fallback: NodeSLOSpec | None = None,
+        watched: Callable[[], NodeSLOSpec | None] | None = None,
+    ) -> None:
         self.name = f"nodeslo/{node}"
         self._bus = bus
         self._node = node
         self._fallback = fallback
+        self._watched = watched
         self._spec: NodeSLOSpec | None = None
 
     def current(self) -> NodeSLOSpec | None:
-        return self._spec if self._spec is not None else self._fallback
+        spec = self._watched() if self._watched is not None else self._spec
+        return spec if spec is not None else self._fallback
 
     def handle(self, payload: bytes) -> None:
         if not payload:

@@ -1,7 +1,6 @@
-"""The Kubernetes transport: a connection to a real API server and the reflectors over it.
-
-:mod:`controller.kube.client` sends requests (kubeconfig or in-cluster credentials, a
-client-side rate limit, API server errors as :mod:`controller.errors`);
-:mod:`controller.kube.reflector` keeps one kind's objects in memory by LIST and WATCH, the way
-an informer does. Nothing is imported here, so importing one module never pulls in the other.
+"""The controller's side of Kubernetes: its client raising the controller's errors
+(:mod:`controller.kube.client`, over :mod:`runtime.kube`), leader election by Lease
+(:mod:`controller.kube.election`), the CRDs made from koordpy's types
+(:mod:`controller.kube.crds`) and a one-off read of a cluster (:mod:`controller.kube.snapshot`).
+Nothing is imported here, so importing one module never pulls in the others.
 """

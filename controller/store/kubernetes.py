@@ -4,7 +4,7 @@ components write.
 
 Reads. :meth:`KubeStore.start` asks the API server which of the registry's kinds it serves
 (discovery: a kind whose group is not installed, a job kind say, is left out and stays empty)
-and runs one :class:`~controller.kube.reflector.Reflector` per served kind (ConfigMaps of the
+and runs one :class:`~runtime.kube.reflector.Reflector` per served kind (ConfigMaps of the
 configuration namespace only; Events are written, not read). Every batch of changes a
 reflector applies is mirrored into a :class:`~controller.store.memory.MemoryStore`
 (:meth:`~controller.store.memory.MemoryStore.mirror`), which serves snapshots, ``get``,
@@ -95,12 +95,12 @@ from controller.kube.client import (
     ServerUnavailable,
     resource_path,
 )
-from controller.kube.reflector import Delta, Reflector
 from controller.store.encoding import encode
 from controller.store.memory import MemoryStore
 from controller.store.snapshots import Snapshot
 from controller.store.watching import Watch
 from controller.store.writes import Outcome, Pending, Result, Verb, Write
+from runtime.kube.reflector import Delta, Reflector
 
 __all__ = ["CONFIG_NAMESPACE", "FIELD_MANAGER", "WRITE_ATTEMPTS", "KubeStore", "merge_diff"]
 

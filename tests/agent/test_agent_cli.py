@@ -99,3 +99,41 @@ def test_the_in_process_bus_is_refused_outside_koordpy_up(
     config = write_config(tmp_path, '[report]\ntransport = "bus"\n')
     assert run(config) == EXIT_CONFIG
     assert "koordpy up" in capsys.readouterr().err
+
+
+def test_pods_from_the_api_server_need_the_kubernetes_transport(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, '[pods]\nsource = "apiserver"\n')
+    assert run(config) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "[pods] source = 'apiserver'" in err
+    assert "transport = 'kubernetes'" in err
+
+
+def test_a_missing_kubeconfig_is_a_config_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-kubeconfig"
+    config = write_config(tmp_path, "")
+    assert run(config, "--kubeconfig", str(missing)) == EXIT_CONFIG
+    assert str(missing) in capsys.readouterr().err
+
+
+def test_kubernetes_mode_outside_a_pod_without_a_kubeconfig_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    config = write_config(tmp_path, '[report]\ntransport = "kubernetes"\n')
+    assert run(config) == EXIT_CONFIG
+    assert "not running in a Kubernetes pod" in capsys.readouterr().err
+
+
+def test_a_kubernetes_rate_limit_of_zero_is_refused_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, '[report]\ntransport = "kubernetes"\n[kubernetes]\nqps = 0\n')
+    assert run(config) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "key 'qps' in [kubernetes]" in err
+    assert "(value 0)" in err

@@ -7,6 +7,7 @@ polling with a deadline, since the thing awaited happens in other processes.
 
 from __future__ import annotations
 
+import base64
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 
 from hack.kube import Cluster
 from hack.kube.demo import make_node
@@ -148,29 +150,22 @@ def migrated(cluster: Cluster, namespace: str) -> Callable[[], dict[str, Any] | 
     return probe
 
 
-class ControllerProcess:
-    """``python -m koordpy controller run --kubeconfig`` as a user starts it, with ``config``
-    (TOML) as its ``--config`` when given; its output in ``<directory>/<name>.log``."""
+class KoordpyProcess:
+    """``python -m koordpy ARGV...`` as a user starts it, its output in
+    ``<directory>/<name>.log``."""
 
     def __init__(
-        self,
-        kubeconfig: Path,
-        directory: Path,
-        *,
-        name: str = "koordpy-controller",
-        config: str = "",
-        cwd: Path | None = None,
+        self, argv: list[str], directory: Path, *, name: str, cwd: Path | None = None
     ) -> None:
         self.name = name
-        argv = [sys.executable, "-m", "koordpy", "controller", "run"]
-        if config:
-            path = directory / f"{name}.toml"
-            path.write_text(config)
-            argv += ["--config", str(path)]
-        argv += ["--kubeconfig", str(kubeconfig), "--metrics-address", "off"]
         self.log_path = directory / f"{name}.log"
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "koordpy", *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+            )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -192,3 +187,70 @@ class ControllerProcess:
         """SIGKILL: no Lease released, nothing flushed."""
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()
+
+
+class ControllerProcess(KoordpyProcess):
+    """``koordpy controller run --kubeconfig``, with ``config`` (TOML) as its ``--config``
+    when given."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        directory: Path,
+        *,
+        name: str = "koordpy-controller",
+        config: str = "",
+        cwd: Path | None = None,
+    ) -> None:
+        argv = ["controller", "run"]
+        if config:
+            path = directory / f"{name}.toml"
+            path.write_text(config)
+            argv += ["--config", str(path)]
+        argv += ["--kubeconfig", str(kubeconfig), "--metrics-address", "off"]
+        super().__init__(argv, directory, name=name, cwd=cwd)
+
+
+class AgentProcess(KoordpyProcess):
+    """``koordpy agent run --kubeconfig`` for ``node``, with ``config`` (TOML) as its
+    ``--config``."""
+
+    def __init__(self, kubeconfig: Path, directory: Path, *, node: str, config: str = "") -> None:
+        name = f"koordpy-agent-{node}"
+        path = directory / f"{name}.toml"
+        path.write_text(config)
+        argv = ["agent", "run", "--config", str(path), "--node-name", node]
+        super().__init__([*argv, "--kubeconfig", str(kubeconfig)], directory, name=name)
+
+
+def account_kubeconfig(
+    cluster: Cluster, path: Path, account: str, namespace: str = "koordinator-system"
+) -> Path:
+    """A kubeconfig of the service account ``namespace/account``: a token ``kubectl create
+    token`` minted for it (as the pod of a DaemonSet or Deployment running as it has), the
+    cluster's server and CA."""
+    token = cluster.kubectl(
+        "create", "token", account, "-n", namespace, "--duration=1h"
+    ).stdout.strip()
+    assert token, "kubectl create token printed nothing"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "cluster",
+                "cluster": {
+                    "server": cluster.server,
+                    "certificate-authority-data": base64.b64encode(
+                        cluster.ca_file.read_bytes()
+                    ).decode(),
+                },
+            }
+        ],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": "cluster", "user": account}}],
+        "current-context": account,
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path

@@ -43,8 +43,8 @@ from controller.kube.client import (
     resource_path,
     status_error,
 )
-from controller.kube.reflector import Backoff, Delta, Key, Reflector
 from hack.kube import Cluster
+from runtime.kube.reflector import Backoff, Delta, Key, Reflector
 
 pytestmark = pytest.mark.kube
 

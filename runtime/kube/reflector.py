@@ -21,8 +21,8 @@ A :class:`Reflector` does what an informer's reflector does, for one :class:`~ap
 
 Identity. An object whose resourceVersion did not change stays the very object first decoded,
 across watches and relists: the relist keeps the held object instead of the one just decoded.
-So the identity contract of :mod:`controller.store.snapshots` holds for a backend built on
-reflectors, and caches keyed by identity keep working after a relist.
+So a store's snapshots built on reflectors keep the identity of unchanged objects, and caches
+keyed by identity keep working after a relist.
 
 Changes. Each batch of changes (one list, or the events of one chunk the server flushed) is
 handed in order to ``on_change`` as :class:`Delta` values (key, object before, object after;
@@ -52,14 +52,8 @@ from apis.codec import decode_json
 from apis.errors import DecodeError
 from apis.kinds import Kind
 from apis.meta import Object
-from controller.errors import ControllerError, Expired, TransientError
-from controller.kube.client import (
-    KubeClient,
-    ServerUnavailable,
-    Status,
-    error_from_status,
-    resource_path,
-)
+from runtime.kube.client import KubeClient, Status, error_from_status, resource_path
+from runtime.kube.errors import Expired, KubeError, ServerUnavailable
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -309,17 +303,16 @@ class Reflector:
                     self.backoff.reset()
                 started = loop.time()
                 if not await self._watch() and loop.time() - started < SHORT_WATCH:
-                    raise ServerUnavailable(f"the watch of {self.name} ended at once")
+                    raise self.client.errors.unavailable(f"the watch of {self.name} ended at once")
                 self.backoff.reset()
             except Expired as err:
                 log.info("%s: %s; listing again", self, err.message)
                 must_list = True
-            except TransientError as err:
-                retry_after = err.retry_after if isinstance(err, ServerUnavailable) else None
-                delay = self.backoff.next(retry_after)
+            except ServerUnavailable as err:
+                delay = self.backoff.next(err.retry_after)
                 log.warning("%s: %s; again in %.1fs", self, err, delay)
                 await asyncio.sleep(delay)
-            except (ControllerError, DecodeError) as err:
+            except (KubeError, DecodeError) as err:
                 delay = self.backoff.next()
                 log.error("%s: %s; again in %.1fs", self, err, delay)
                 await asyncio.sleep(delay)
@@ -438,7 +431,7 @@ class Reflector:
 
     async def _watch(self) -> bool:
         """One watch from :attr:`resource_version` until the server ends it; whether any
-        event came. Raises :class:`~controller.errors.Expired` for 410 Gone."""
+        event came. Raises :class:`~runtime.kube.errors.Expired` for 410 Gone."""
         timeout = int(self.watch_timeout * (1.0 + random.random()))
         params: dict[str, str | int] = {
             **self._selectors,
@@ -476,10 +469,14 @@ class Reflector:
             if event.type == "ERROR":
                 status = _STATUS.decode(event.object)
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
-            raise ServerUnavailable(f"the watch of {self.name} sent a bad event: {err}") from None
+            raise self.client.errors.unavailable(
+                f"the watch of {self.name} sent a bad event: {err}"
+            ) from None
         kind = event.type
         if kind == "ERROR":
-            raise error_from_status(status, kind=self.kind, namespace=self.namespace)
+            raise error_from_status(
+                status, kind=self.kind, namespace=self.namespace, errors=self.client.errors
+            )
         if kind == "BOOKMARK":
             self.resource_version = _identity(event.object).resource_version
             return
