@@ -122,16 +122,23 @@ def _run(cfg: agent_config.AgentConfig, node: str) -> int:
                             registry=registry,
                         )
                     )
-                await daemon.run(
-                    cfg,
-                    bus=bus,
-                    kube=kube,
-                    stop=stop,
-                    node=node,
-                    qos=True,
-                    registry=registry,
-                    restarts_metric=lifecycle.restarts_counter(registry),
-                )
+                ready = asyncio.Event()
+                async with asyncio.TaskGroup() as group:
+                    # systemd's Type=notify: ready once the first Node and Device are out.
+                    notifier = group.create_task(_notify_when(ready))
+                    await daemon.run(
+                        cfg,
+                        bus=bus,
+                        kube=kube,
+                        stop=stop,
+                        node=node,
+                        qos=True,
+                        registry=registry,
+                        restarts_metric=lifecycle.restarts_counter(registry),
+                        ready=ready,
+                    )
+                    notifier.cancel()
+                lifecycle.notify_stopping()
 
     try:
         asyncio.run(serve())
@@ -141,6 +148,11 @@ def _run(cfg: agent_config.AgentConfig, node: str) -> int:
     except configfile.ConfigError as err:  # an unusable kubeconfig or service account
         return configfile.exit_on_error(ConfigError(str(err)), prog=PROG)
     return 0
+
+
+async def _notify_when(ready: asyncio.Event) -> None:
+    await ready.wait()
+    lifecycle.notify_ready()
 
 
 async def _connect(section: agent_config.KubernetesSection) -> KubeClient:

@@ -39,6 +39,7 @@ from agent.states import cpu_topology
 from apis import constants as k
 from apis.core import Node, NodeAddress, NodeStatus
 from apis.meta import Condition, ObjectMeta
+from apis.noderesources import RESOURCE_HUAWEI_ASCEND_910, accelerator_resources
 from apis.resources import ResourceList
 from apis.scheduling import Device
 
@@ -61,25 +62,12 @@ LABEL_CGROUP_DRIVER: Final = "node.koordpy.io/cgroup-driver"
 #: Well-known Kubernetes node labels (``kubernetes.io/hostname`` is in :mod:`apis.constants`).
 LABEL_OS: Final = "kubernetes.io/os"
 LABEL_ARCH: Final = "kubernetes.io/arch"
-#: Device-plugin count of Ascend 910 NPUs (every 910 model; 310P has its own name).
-RESOURCE_HUAWEI_ASCEND_910: Final = "huawei.com/Ascend910"
 
 #: The kubelet's default ``maxPods``.
 DEFAULT_MAX_PODS: Final = 110
 
 READY_REASON: Final = "AgentReady"
 READY_MESSAGE: Final = "koordpy agent is posting ready status"
-
-# Device resources summed into the Node (Koordinator's GPUDeviceResource sync).
-_SUMMED: Final = (
-    k.RESOURCE_GPU_CORE,
-    k.RESOURCE_GPU_MEMORY,
-    k.RESOURCE_GPU_MEMORY_RATIO,
-    k.RESOURCE_HUAWEI_NPU_CORE,
-    k.RESOURCE_HUAWEI_NPU_CPU,
-    k.RESOURCE_HUAWEI_NPU_DVPP,
-    k.RESOURCE_METAX_SGPU,
-)
 
 # Kubernetes spells architectures as Go does.
 _GOARCH: Final[Mapping[str, str]] = {
@@ -205,32 +193,6 @@ def read_host_facts(host: HostPaths) -> HostFacts:
         internal_ips=_internal_ips(),
         cpu_topology=cpu_topology(host),
     )
-
-
-def accelerator_resources(device: Device | None) -> ResourceList:
-    """Node resources contributed by the healthy devices of a Device report."""
-    if device is None:
-        return ResourceList()
-    healthy = [d for d in device.spec.devices if d.type == k.DEVICE_TYPE_GPU and d.health]
-    if not healthy:
-        return ResourceList()
-    totals = ResourceList.total(d.resources.mask(_SUMMED) for d in healthy)
-    vendor = device.metadata.labels.get(k.LABEL_GPU_VENDOR, "")
-    model = device.metadata.labels.get(k.LABEL_GPU_MODEL, "")
-    count = len(healthy)
-    # Shared-GPU pods (`gpu.shared` with gpu-core / gpu-memory) are counted against this,
-    # 100 per healthy card, so the node's fit check admits them (Koordinator reports it
-    # behind a feature gate; koordpy always does).
-    extra: dict[str, int] = {k.RESOURCE_GPU_SHARED: 100 * count}
-    if vendor == k.GPU_VENDOR_NVIDIA:
-        extra[k.RESOURCE_NVIDIA_GPU] = count
-        extra[k.RESOURCE_GPU] = totals.get_amount(k.RESOURCE_GPU_CORE)
-    elif vendor == k.GPU_VENDOR_HUAWEI:
-        name = k.RESOURCE_HUAWEI_ASCEND_310P if "310P" in model else RESOURCE_HUAWEI_ASCEND_910
-        extra[name] = count
-    elif vendor == k.GPU_VENDOR_METAX:
-        extra[k.RESOURCE_METAX_GPU] = count
-    return totals + extra
 
 
 def build_node(

@@ -51,6 +51,8 @@ from controller.queueing.loop import QueueingLoop
 from controller.queueing.metrics import QueueingMetrics
 from controller.scheduler.loop import SchedulerLoop
 from controller.scheduler.metrics import SchedulerMetrics
+from controller.slo.nodemetric import NodeMetricController
+from controller.slo.noderesource import NodeResourceController
 from controller.store.kubernetes import KubeStore
 from controller.store.persistence import Lost, StorageFull
 from controller.store.sqlite import Store
@@ -193,9 +195,10 @@ def _loop_table(
 ) -> dict[str, LoopFactory]:
     """:data:`~controller.loops.LOOPS` configured by ``cfg``, their metrics in ``registry``.
 
-    ``kubernetes``: only the loops of koord-scheduler, koord-queue and koord-descheduler
-    (:data:`KUBERNETES_LOOPS`); the scheduler serves only pods naming one of its profiles, and
-    the jobs loop leaves pods to the job kinds' own controllers."""
+    ``kubernetes``: only the loops of koord-scheduler, koord-queue, koord-descheduler and
+    koord-manager (:data:`KUBERNETES_LOOPS`), with koord-manager's ``nodemetric`` and
+    ``noderesource``, which run on a cluster only; the scheduler serves only pods naming one
+    of its profiles, and the jobs loop leaves pods to the job kinds' own controllers."""
     table: dict[str, LoopFactory] = {
         **LOOPS,
         "queueing": functools.partial(
@@ -213,6 +216,10 @@ def _loop_table(
     if not kubernetes:
         return table
     table["jobs"] = functools.partial(JobController, own_pods=False)
+    # koord-manager's duties that only a cluster has: there the agents do not publish their
+    # Nodes (``koordpy up``'s agents write these resources themselves)
+    table["nodemetric"] = NodeMetricController
+    table["noderesource"] = NodeResourceController
     wanted = {name for names in KUBERNETES_LOOPS.values() for name in names}
     return {name: factory for name, factory in table.items() if name in wanted}
 
@@ -233,8 +240,9 @@ KUBERNETES_LOOPS: Final[Mapping[str, tuple[str, ...]]] = {
         "podgroups",
     ),
     "koord-descheduler": ("descheduler", "migration"),
-    # koord-manager's nodeslo controller ([kubernetes] manager_duties)
-    "koordinator-manager": ("nodeslo",),
+    # koord-manager's nodeslo, nodemetric and noderesource controllers
+    # ([kubernetes] manager_duties)
+    "koordinator-manager": ("nodeslo", "nodemetric", "noderesource"),
 }
 
 

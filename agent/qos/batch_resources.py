@@ -35,9 +35,11 @@ where the node labels ``node.koordinator.sh/mid-static-{cpu,memory}-reserved-rat
 ``0.3`` = 30 %) override the percents. The labels ``node.koordinator.sh/{cpu,memory}-reclaim-
 ratio`` likewise override the reclaim threshold percents. Invalid or negative labels are ignored.
 
-The parameters are Koordinator's ColocationStrategy: the agent config's ``[colocation]``, with
-the controller's ``colocation-config`` for this node over it when the NodeSLO carries one
-(``extensions``, see :mod:`controller.slo.render`). Usage is averaged over
+The arithmetic is :mod:`apis.colocation`'s, shared with the controller's ``noderesource`` loop
+(which computes the same amounts from the NodeMetric in Kubernetes mode); this module gathers
+the node's own inputs. The parameters are Koordinator's ColocationStrategy: the agent config's
+``[colocation]``, with the controller's ``colocation-config`` for this node over it when the
+NodeSLO carries one (``extensions``, see :mod:`controller.slo.render`). Usage is averaged over
 ``metricAggregateDurationSeconds`` when that is set, else over ``window`` seconds (the
 NodeMetric report interval). With ``resourceDiffThreshold`` set, a result is published only
 when some resource moved by at least that fraction of the published amount, or
@@ -54,7 +56,6 @@ allocations are not computed.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -63,6 +64,7 @@ from typing import Final
 from agent.qos import nodeinfo
 from agent.qos.framework import Gauge, NodeSnapshot, Outcome, PodState
 from agent.qos.settings import ColocationSettings, QoSSettings
+from apis import colocation
 from apis import constants as k
 from apis.core import Node
 from apis.qos import PriorityClass, QoSClass
@@ -88,8 +90,8 @@ _OUTPUT: Final = (
 )
 _ZERO: Final = ResourceList(dict.fromkeys(_OUTPUT, 0))
 #: Priority classes that are not "high priority" for each band.
-_BATCH_BAND: Final = frozenset({PriorityClass.BATCH, PriorityClass.FREE})
-_MID_BAND: Final = frozenset({PriorityClass.MID, PriorityClass.BATCH, PriorityClass.FREE})
+_BATCH_BAND: Final = colocation.BATCH_BAND
+_MID_BAND: Final = colocation.MID_BAND
 _LABEL_UNITS: Final = {
     k.RESOURCE_BATCH_CPU: "integer",
     k.RESOURCE_MID_CPU: "integer",
@@ -127,40 +129,24 @@ class Breakdown:
         return ResourceList({_CPU: cpu, _MEMORY: memory})
 
 
+def _ignored(key: str, text: str, why: str) -> None:
+    _log.warning("node label %s=%r %s; ignored", key, text, why, extra={"key": key})
+
+
 def _ratio_label(node: Node, key: str) -> Fraction | None:
     """A float ratio label as an exact fraction (``"0.3"`` -> 3/10); None if absent/invalid."""
-    text = node.metadata.labels.get(key)
-    if text is None:
-        return None
-    try:
-        ratio = Fraction(text.strip())
-    except (ValueError, ZeroDivisionError):
-        _log.warning("node label %s=%r is not a number; ignored", key, text, extra={"key": key})
-        return None
-    if ratio < 0:
-        _log.warning("node label %s=%r is negative; ignored", key, text, extra={"key": key})
-        return None
-    return ratio
+    return colocation.ratio_label(node.metadata.labels, key, ignored=_ignored)
 
 
 def _normalization(node: Node) -> Fraction:
-    text = node.metadata.annotations.get(k.ANNOTATION_NODE_CPU_NORMALIZATION_RATIO)
-    if not text:
-        return Fraction(1)
-    try:
-        ratio = Fraction(text.strip())
-    except (ValueError, ZeroDivisionError):
-        return Fraction(1)
-    return ratio if ratio > 1 else Fraction(1)
+    return colocation.normalization_ratio(
+        node.metadata.annotations.get(k.ANNOTATION_NODE_CPU_NORMALIZATION_RATIO)
+    )
 
 
 def _host_app_class(app: HostApplicationSpec) -> PriorityClass:
     values = PriorityClass.__members__.values()
     return PriorityClass(app.priority) if app.priority in values else PriorityClass.NONE
-
-
-def _floor(value: Fraction) -> int:
-    return max(math.floor(value), 0)
 
 
 class BatchResources:
@@ -253,15 +239,13 @@ class BatchResources:
 
     @staticmethod
     def _reclaim_percent(node: Node, settings: ColocationSettings, resource: str) -> Fraction:
-        if resource == _CPU:
-            label, percent = k.LABEL_NODE_CPU_RECLAIM_RATIO, settings.cpu_reclaim_threshold_percent
-        else:
-            label = k.LABEL_NODE_MEMORY_RECLAIM_RATIO
-            percent = settings.memory_reclaim_threshold_percent
-        ratio = _ratio_label(node, label)
-        if ratio is not None and ratio <= 1:
-            return ratio * 100
-        return Fraction(percent)
+        percent = (
+            settings.cpu_reclaim_threshold_percent
+            if resource == _CPU
+            else settings.memory_reclaim_threshold_percent
+        )
+        ratio = _ratio_label(node, colocation.RECLAIM_RATIO_LABELS[resource])
+        return colocation.reclaim_percent(percent, ratio)
 
     def batch(
         self, snapshot: NodeSnapshot, measured: Breakdown, reserved: ResourceList
@@ -271,42 +255,33 @@ class BatchResources:
         node = snapshot.node
         capacity = node.status.capacity
         system = measured.system_used(_BATCH_BAND)
-        hp_request: dict[str, int] = dict.fromkeys(_RESOURCES, 0)
-        hp_used: dict[str, int] = dict.fromkeys(_RESOURCES, 0)
-        hp_max: dict[str, int] = dict.fromkeys(_RESOURCES, 0)
+        pairs: dict[str, list[tuple[int, int]]] = {name: [] for name in _RESOURCES}
         for pod in _high_priority(snapshot.pods, _BATCH_BAND):
             request = pod.requests
             used = self._pod_used(snapshot, pod, request)
             for name in _RESOURCES:
-                asked, held = request.get_amount(name), used[name]
-                hp_request[name] += asked
-                hp_used[name] += held
-                hp_max[name] += max(asked, held)
+                pairs[name].append((request.get_amount(name), used[name]))
         result: dict[str, int] = {}
         for name in _RESOURCES:
-            cap = capacity.get_amount(name)
-            safety = cap * (100 - self._reclaim_percent(node, settings, name)) / 100
-            floor = max(system.get_amount(name), reserved.get_amount(name))
-            policy = (
-                settings.cpu_calculate_policy if name == _CPU else settings.memory_calculate_policy
+            result[name] = colocation.batch_amount(
+                name,
+                capacity=capacity.get_amount(name),
+                reclaim_percent=self._reclaim_percent(node, settings, name),
+                system_used=system.get_amount(name),
+                reserved=reserved.get_amount(name),
+                hp=colocation.high_priority(pairs[name]),
+                policy=(
+                    settings.cpu_calculate_policy
+                    if name == _CPU
+                    else settings.memory_calculate_policy
+                ),
+                threshold_percent=(
+                    settings.batch_cpu_threshold_percent
+                    if name == _CPU
+                    else settings.batch_memory_threshold_percent
+                ),
             )
-            if policy == "request" and name == _MEMORY:
-                value = cap - safety - reserved.get_amount(name) - hp_request[name]
-            elif policy == "maxUsageRequest":
-                value = cap - safety - floor - hp_max[name]
-            else:
-                value = cap - safety - floor - hp_used[name]
-            threshold = (
-                settings.batch_cpu_threshold_percent
-                if name == _CPU
-                else settings.batch_memory_threshold_percent
-            )
-            if threshold is not None:
-                value = min(value, Fraction(cap * threshold, 100))
-            result[name] = _floor(value)
-        ratio = _normalization(node)
-        if ratio > 1:
-            result[_CPU] = math.floor(result[_CPU] * ratio)
+        result[_CPU] = colocation.normalized(result[_CPU], _normalization(node))
         return ResourceList(result)
 
     def mid(
@@ -321,22 +296,18 @@ class BatchResources:
             _MEMORY: settings.mid_memory_threshold_percent,
         }
         result: dict[str, int] = {}
-        if settings.mid_reclaim_mode == "static":
+        if settings.mid_reclaim_mode == colocation.MID_RECLAIM_STATIC:
             percents = {
-                _CPU: (
-                    k.LABEL_NODE_MID_STATIC_CPU_RESERVED_RATIO,
-                    settings.mid_static_cpu_reserved_percent,
-                ),
-                _MEMORY: (
-                    k.LABEL_NODE_MID_STATIC_MEMORY_RESERVED_RATIO,
-                    settings.mid_static_memory_reserved_percent,
-                ),
+                _CPU: settings.mid_static_cpu_reserved_percent,
+                _MEMORY: settings.mid_static_memory_reserved_percent,
             }
-            for name, (label, percent) in percents.items():
-                ratio = _ratio_label(node, label)
-                share = ratio * 100 if ratio is not None else Fraction(percent)
-                cap = capacity.get_amount(name)
-                result[name] = _floor(min(cap * share, Fraction(cap * thresholds[name])) / 100)
+            for name, percent in percents.items():
+                ratio = _ratio_label(node, colocation.MID_STATIC_RATIO_LABELS[name])
+                result[name] = colocation.mid_static_amount(
+                    capacity=capacity.get_amount(name),
+                    reserved_percent=colocation.mid_static_percent(percent, ratio),
+                    threshold_percent=thresholds[name],
+                )
             return ResourceList(result)
         if measured is None:
             return ResourceList(dict.fromkeys(_RESOURCES, 0))
@@ -345,16 +316,20 @@ class BatchResources:
         for pod in _high_priority(snapshot.pods, _MID_BAND):
             for name in _RESOURCES:
                 requests[name] += pod.requests.get_amount(name)
+        node_used = measured.node_used
         for name in _RESOURCES:
             cap = capacity.get_amount(name)
-            held = max(reserved.get_amount(name), system.get_amount(name))
-            unallocated = max(cap - held - requests[name], 0)
-            # Prod reclaimable (predicted peak vs request) is not computed on the node: 0.
-            reclaimable = 0
-            value = Fraction(reclaimable) + Fraction(
-                unallocated * settings.mid_unallocated_percent, 100
+            result[name] = colocation.mid_dynamic_amount(
+                capacity=cap,
+                # Prod reclaimable (predicted peak vs request) is not computed on the node: 0.
+                prod_reclaimable=0,
+                node_unused=cap - node_used.get_amount(name),
+                reserved=reserved.get_amount(name),
+                system_used=system.get_amount(name),
+                hp_request=requests[name],
+                unallocated_percent=settings.mid_unallocated_percent,
+                threshold_percent=thresholds[name],
             )
-            result[name] = _floor(min(value, Fraction(cap * thresholds[name], 100)))
         return ResourceList(result)
 
     # -- the pass -------------------------------------------------------------------------
@@ -420,18 +395,13 @@ class BatchResources:
             or published is None
             or now - self._published_at >= settings.update_time_threshold_seconds
             or any(
-                _moved(published.get_amount(name), fresh.get_amount(name), threshold)
+                colocation.moved(published.get_amount(name), fresh.get_amount(name), threshold)
                 for name in _OUTPUT
             )
         ):
             self._published, self._published_at = fresh, now
             return fresh
         return published
-
-
-def _moved(published: int, fresh: int, threshold: float) -> bool:
-    """Whether ``fresh`` differs from ``published`` by at least ``threshold`` of it."""
-    return fresh != published and abs(fresh - published) >= published * threshold
 
 
 def _high_priority(pods: Iterable[PodState], band: frozenset[PriorityClass]) -> Iterable[PodState]:

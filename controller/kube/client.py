@@ -25,7 +25,6 @@ import asyncio
 import os
 from typing import ClassVar
 
-from apis.kinds import Kind
 from controller.errors import (
     AlreadyExists,
     ConfigError,
@@ -79,9 +78,7 @@ __all__ = [
     "StatusCause",
     "StatusDetails",
     "connect",
-    "error_from_status",
     "resource_path",
-    "status_error",
 ]
 
 
@@ -90,22 +87,8 @@ class ServerUnavailable(TransientError, kube.ServerUnavailable):  # noqa: N818 -
     (``code`` 0); ``retry_after`` the seconds it asked for (None: it did not say)."""
 
 
-class ApiError(StoreError, kube.ApiError):
+class ApiError(kube.ApiError, StoreError):
     """A refusal no other error names (400, 401, 405, 415...): ``code`` and ``reason``."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: int,
-        reason: str = "",
-        kind: Kind | None = None,
-        namespace: str = "",
-        name: str = "",
-    ) -> None:
-        super().__init__(message, kind=kind, namespace=namespace, name=name)
-        self.code = code
-        self.reason = reason
 
 
 #: A client's options unless told otherwise.
@@ -129,48 +112,6 @@ class KubeClient(base.KubeClient):
     """One API server, as one user, raising :data:`ERRORS`."""
 
     errors: ClassVar[kube.ErrorTable] = ERRORS
-
-
-def error_from_status(
-    status: Status,
-    *,
-    code: int = 0,
-    kind: Kind | None = None,
-    namespace: str = "",
-    name: str = "",
-    retry_after: float | None = None,
-) -> kube.KubeError:
-    """:func:`runtime.kube.client.error_from_status` with the controller's errors."""
-    return base.error_from_status(
-        status,
-        code=code,
-        kind=kind,
-        namespace=namespace,
-        name=name,
-        retry_after=retry_after,
-        errors=ERRORS,
-    )
-
-
-def status_error(
-    code: int,
-    body: bytes,
-    *,
-    kind: Kind | None = None,
-    namespace: str = "",
-    name: str = "",
-    retry_after: float | None = None,
-) -> kube.KubeError:
-    """:func:`runtime.kube.client.status_error` with the controller's errors."""
-    return base.status_error(
-        code,
-        body,
-        kind=kind,
-        namespace=namespace,
-        name=name,
-        retry_after=retry_after,
-        errors=ERRORS,
-    )
 
 
 async def connect(

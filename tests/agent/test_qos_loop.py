@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -374,7 +375,9 @@ async def test_steady_passes_over_the_same_pods_still_repair_drift(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_agent_run_on_its_own_enforces_qos_and_stops_on_sigterm(tmp_path: Path) -> None:
+def test_agent_run_on_its_own_enforces_qos_tells_systemd_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
     host, _, dirs = _host(tmp_path, v2=False)
     quota = host.cgroup_root / "cpu,cpuacct" / dirs["inference/server"] / "cpu.cfs_quota_us"
     quota.write_text("100000\n")
@@ -385,13 +388,18 @@ def test_agent_run_on_its_own_enforces_qos_and_stops_on_sigterm(tmp_path: Path) 
         f'[pods]\nsource = "file"\nfile = "{EXAMPLES / "pods.yaml"}"\n'
         f'[qos]\ninterval = 0.2\nnodeslo_file = "{EXAMPLES / "nodeslo.yaml"}"\n'
     )
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(30)
     process = subprocess.Popen(
         koordpy_command("agent", "run", "--config", str(config), "--node-name", "node-1"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "NOTIFY_SOCKET": ""},
+        env={**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify")},
     )
     try:
+        # systemd's Type=notify: READY once the first report is out.
+        assert notify.recv(256) == b"READY=1"
         deadline = time.monotonic() + 30
         while quota.read_text().strip() != "-1" and time.monotonic() < deadline:
             assert process.poll() is None, process.stderr.read() if process.stderr else ""
@@ -402,7 +410,9 @@ def test_agent_run_on_its_own_enforces_qos_and_stops_on_sigterm(tmp_path: Path) 
         assert cpuset.read_text().strip() == "1"
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0
+        assert notify.recv(256) == b"STOPPING=1"
     finally:
+        notify.close()
         if process.poll() is None:
             process.kill()
             process.wait()

@@ -16,9 +16,12 @@ def _toml_blocks(repo_root: Path) -> list[str]:
 
 
 def test_readme_configs_parse(repo_root: Path) -> None:
-    kubernetes_text, controller_text, agent_text = _toml_blocks(repo_root)
+    kubernetes_text, agent_kubernetes_text, controller_text, agent_text = _toml_blocks(repo_root)
     kubernetes = configfile.parse_config(kubernetes_text, ControllerConfig).kubernetes
     assert (kubernetes.qps, kubernetes.burst, kubernetes.lease_duration) == (50.0, 100, 15.0)
+    agent_kubernetes = configfile.parse_config(agent_kubernetes_text, AgentConfig)
+    assert agent_kubernetes.report.transport == "kubernetes"
+    assert (agent_kubernetes.kubernetes.qps, agent_kubernetes.kubernetes.burst) == (20.0, 30)
     controller = configfile.parse_config(controller_text, ControllerConfig)
     assert controller.store.synchronous == "NORMAL"
     assert controller.api.address == "0.0.0.0:7443"

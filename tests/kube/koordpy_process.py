@@ -8,6 +8,7 @@ polling with a deadline, since the thing awaited happens in other processes.
 from __future__ import annotations
 
 import base64
+import os
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from apis import constants as k
 from hack.kube import Cluster
 from hack.kube.demo import make_node
 
@@ -148,6 +150,66 @@ def migrated(cluster: Cluster, namespace: str) -> Callable[[], dict[str, Any] | 
         return None
 
     return probe
+
+
+def bare_node(cluster: Cluster, name: str) -> dict[str, Any]:
+    """A kwok node as its kubelet registers it (this machine's CPUs, no Device: the agent
+    makes it), once Ready."""
+    capacity = {"cpu": str(os.cpu_count() or 1), "memory": "64Gi", "pods": "110"}
+    node = create(
+        cluster,
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {k.LABEL_HOSTNAME: name, "type": "kwok"},
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+            },
+            "status": {"capacity": capacity, "allocatable": capacity},
+        },
+    )
+    ready(cluster, name)
+    return dict(node)
+
+
+def agent_config(
+    kubepods_parent: str,
+    profile: str,
+    *,
+    metrics: str = "off",
+    device_interval: float = 5.0,
+    force_update: float = 60.0,
+) -> str:
+    """The TOML of an agent in Kubernetes mode, as a node's DaemonSet pod would run it but for
+    what a test machine differs in: its pods from a ``spec.nodeName`` watch (no kubelet), its
+    devices simulated (``profile``), its QoS over the test's kubepods tree, quick intervals,
+    evictions by the Batch allocatable switched on."""
+    return f"""
+[report]
+transport = "kubernetes"
+interval = 1.0
+device_interval = {device_interval}
+
+[pods]
+source = "apiserver"
+
+[devices]
+simulate = ["{profile}"]
+
+[cgroup]
+kubepods_parent = "{kubepods_parent}"
+
+[metrics]
+address = "{metrics}"
+report_interval = 30.0
+
+[qos]
+interval = 0.5
+force_update_seconds = {force_update}
+gates = {{ CPUAllocatableEvict = true }}
+"""
 
 
 class KoordpyProcess:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import socket
 import subprocess
@@ -45,10 +44,11 @@ from tests.agent.realcgroups import KubepodsTree, kubepods_tree
 from tests.kube.koordpy_process import (
     AgentProcess,
     account_kubeconfig,
+    agent_config,
+    bare_node,
     create,
     eventually,
     get,
-    ready,
     when,
 )
 
@@ -147,33 +147,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _agent_config(kubepods_parent: str, metrics_port: int) -> str:
-    return f"""
-[report]
-transport = "kubernetes"
-interval = 1.0
-device_interval = 2.0
-
-[pods]
-source = "apiserver"
-
-[devices]
-simulate = ["nvidia-h100"]
-
-[cgroup]
-kubepods_parent = "{kubepods_parent}"
-
-[metrics]
-address = "127.0.0.1:{metrics_port}"
-report_interval = 30.0
-
-[qos]
-interval = 0.5
-force_update_seconds = 1.0
-gates = {{ CPUAllocatableEvict = true }}
-"""
-
-
 @pytest.fixture(scope="module")
 def scene(
     kube_cluster: Cluster,
@@ -191,23 +164,7 @@ def scene(
         )
         assert status in (201, 409), body
     cluster.kubectl("apply", "-f", str(repo_root / "deploy" / "rbac" / "agent.yaml"))
-    capacity = {"cpu": str(os.cpu_count() or 1), "memory": "64Gi", "pods": "110"}
-    node = create(
-        cluster,
-        "/api/v1/nodes",
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": NODE,
-                "labels": {k.LABEL_HOSTNAME: NODE, "type": "kwok"},
-                "annotations": {"kwok.x-k8s.io/node": "fake"},
-            },
-            # This machine's CPUs: the BE cpuset the QoS loop draws is of them.
-            "status": {"capacity": capacity, "allocatable": capacity},
-        },
-    )
-    ready(cluster, NODE)
+    node = bare_node(cluster, NODE)
     # As koord-manager makes it: the agent only ever writes its status.
     create(
         cluster,
@@ -234,7 +191,13 @@ def scene(
         info = detect.detect(cfg.host, cfg.cgroup)
         for tier in (KubeQoS.BURSTABLE, KubeQoS.BEST_EFFORT):
             tree.mkdir(paths.qos_dir(info, tier))
-        config = _agent_config(tree.parent, metrics_port)
+        config = agent_config(
+            tree.parent,
+            "nvidia-h100",
+            metrics=f"127.0.0.1:{metrics_port}",
+            device_interval=2.0,
+            force_update=1.0,
+        )
         agent = AgentProcess(kubeconfig, directory, node=NODE, config=config)
         try:
             yield Scene(

@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +82,18 @@ def controllers() -> Iterator[list[ControllerProcess]]:
 def launch(
     started: list[ControllerProcess], cluster: Cluster, tmp_path: Path, repo: Path, identity: str
 ) -> ControllerProcess:
-    """A controller named ``identity`` in the Leases, with Leases of 4 s."""
+    """A controller named ``identity`` in the Leases, with Leases of 4 s, as koord-scheduler
+    and koord-descheduler only: no agent reports on these nodes, and koord-manager's duties
+    would make each a NodeMetric that none ever reports (whose nodes the scheduler's LoadAware
+    then takes into account), which the scenarios here do not set out to try (the manager
+    duties have tests/kube/test_manager_duties.py and test_helm_stack.py)."""
     config = (
         "[kubernetes]\n"
         f'identity = "{identity}"\n'
         "lease_duration = 4.0\n"
         "renew_deadline = 3.0\n"
         "retry_period = 0.5\n"
+        "manager_duties = false\n"
     )
     controller = ControllerProcess(
         cluster.kubeconfig, tmp_path, name=identity, config=config, cwd=repo
@@ -125,9 +131,9 @@ def all_bound(cluster: Cluster, namespace: str, count: int) -> dict[str, str] | 
     return placed if len(placed) == count and all(placed.values()) else None
 
 
-def restart_api_server(cluster: Cluster) -> None:
+def restart_api_server(cluster: Cluster) -> datetime:
     """Stop kube-apiserver and start it again with the same command line (its etcd keeps
-    every object); returns once it is ready."""
+    every object); returns once it is ready, with the time it was."""
     pid_file = cluster.dir / "kube-apiserver.pid"
     pid = int(pid_file.read_text())
     argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
@@ -158,8 +164,23 @@ def restart_api_server(cluster: Cluster) -> None:
             return False
 
     eventually("kube-apiserver to serve again", serving)
+    return datetime.now(UTC)
 
 
+def _stamp(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _reachable(cluster: Cluster, name: str) -> bool:
+    node = get(cluster, f"/api/v1/nodes/{name}")
+    ready = any(
+        c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"]
+    )
+    taints = node["spec"].get("taints") or []
+    return ready and not any(t["key"] == "node.kubernetes.io/unreachable" for t in taints)
+
+
+@pytest.mark.timeout(240)
 def test_an_api_server_restart_loses_nothing_and_binds_nothing_twice(
     cluster: Cluster,
     scene: str,
@@ -175,7 +196,20 @@ def test_an_api_server_restart_loses_nothing_and_binds_nothing_twice(
     for i in range(10):
         create(cluster, f"/api/v1/namespaces/{scene}/pods", pod(f"before-{i}", selector))
     eventually("the first ten pods bound", lambda: all_bound(cluster, scene, 10))
-    restart_api_server(cluster)
+    restarted = restart_api_server(cluster)
+    # While the server was down kwok could not renew the node's Lease: once it is older than
+    # its 40 s the node lifecycle controller takes the node for unreachable (NotReady, and
+    # tainted) until kwok renews it. That is the cluster's doing, not koordpy's: go on once the
+    # node is renewed and Ready again.
+    eventually(
+        "kwok to renew the node's Lease",
+        when(
+            cluster,
+            f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}",
+            lambda lease: _stamp(lease["spec"]["renewTime"]) > restarted,
+        ),
+    )
+    eventually("the node Ready and untainted again", lambda: _reachable(cluster, node))
     for i in range(10):
         create(cluster, f"/api/v1/namespaces/{scene}/pods", pod(f"after-{i}", selector))
     placed = eventually("all twenty pods bound", lambda: all_bound(cluster, scene, 20))

@@ -24,7 +24,6 @@ that needs it and why this run cannot take it (so an extra verb fails too).
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 import sys
@@ -47,6 +46,7 @@ from hack.kube import Cluster, start_cluster, stop_cluster
 from hack.kube.demo import make_node, make_nodes
 from tests.kube.koordpy_process import (
     ControllerProcess,
+    account_kubeconfig,
     create,
     eventually,
     get,
@@ -269,36 +269,6 @@ def install_crds(cluster: Cluster, shared_dir: Path, repo_root: Path) -> None:
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, timeout=90.0)
 
 
-def account_kubeconfig(cluster: Cluster, path: Path) -> Path:
-    """A kubeconfig of the service account: a token minted for it, the cluster's server and
-    CA."""
-    token = cluster.kubectl(
-        "create", "token", ACCOUNT, "-n", NAMESPACE, "--duration=1h"
-    ).stdout.strip()
-    assert token, "kubectl create token printed nothing"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "cluster",
-                "cluster": {
-                    "server": cluster.server,
-                    "certificate-authority-data": base64.b64encode(
-                        cluster.ca_file.read_bytes()
-                    ).decode(),
-                },
-            }
-        ],
-        "users": [{"name": ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": ACCOUNT, "context": {"cluster": "cluster", "user": ACCOUNT}}],
-        "current-context": ACCOUNT,
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
-
-
 def pod(name: str, resources: Mapping[str, Any], **spec: Any) -> dict[str, Any]:
     """A pod for koord-scheduler: one container with ``resources``, then ``spec``."""
     return {
@@ -470,7 +440,8 @@ def _suppress(cluster: Cluster, node: str) -> int | None:
 
 def drive_nodeslos(cluster: Cluster) -> None:
     """koord-manager's nodeslo duty: a node's NodeSLO made from the example's
-    slo-controller-config, rewritten when the ConfigMap changes, deleted with its node."""
+    slo-controller-config, rewritten when the ConfigMap changes, deleted with its node; its
+    nodemetric duty: the NodeMetric's spec rewritten with the ConfigMap's colocation-config."""
     eventually("the H100 node's NodeSLO", lambda: _suppress(cluster, "demo-nvidia-h100"))
     path = "/api/v1/namespaces/koordinator-system/configmaps/slo-controller-config"
     config = get(cluster, path)
@@ -478,11 +449,19 @@ def drive_nodeslos(cluster: Cluster) -> None:
     thresholds["clusterStrategy"]["cpuSuppressThresholdPercent"] = 61
     thresholds.pop("nodeStrategies", None)
     config["data"]["resource-threshold-config"] = json.dumps(thresholds)
+    # and koord-manager's nodemetric duty: the NodeMetrics' collection policy rewritten.
+    colocation = json.loads(config["data"]["colocation-config"])
+    colocation["metricReportIntervalSeconds"] = 90
+    config["data"]["colocation-config"] = json.dumps(colocation)
     status, body = cluster.request("PUT", path, config)
     assert status == 200, body
     eventually(
         "the NodeSLO rewritten from the changed ConfigMap",
         lambda: _suppress(cluster, "demo-nvidia-h100") == 61,
+    )
+    eventually(
+        "the NodeMetric's spec rewritten from the changed ConfigMap",
+        lambda: made(cluster, ("slo.koordinator.sh", "nodemetrics", "patch"), "demo-nvidia-h100"),
     )
     make_node(cluster, "short-lived", "nvidia-h100", "reserved")
     eventually("the new node's NodeSLO", lambda: _suppress(cluster, "short-lived"))
@@ -664,7 +643,9 @@ def audited(
             cluster.kubectl("create", "namespace", namespace)
         docs = manifest(repo_root)
         cluster.kubectl("apply", "-f", str(repo_root / "deploy" / "rbac" / "controller.yaml"))
-        kubeconfig = account_kubeconfig(cluster, directory / "koordpy-controller.kubeconfig")
+        kubeconfig = account_kubeconfig(
+            cluster, directory / "koordpy-controller.kubeconfig", ACCOUNT, NAMESPACE
+        )
         make_nodes(cluster)
         controller = ControllerProcess(kubeconfig, directory, cwd=repo_root)
         for lease in ("koord-scheduler", "koord-descheduler"):

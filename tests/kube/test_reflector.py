@@ -34,6 +34,7 @@ from controller.errors import (
     TransientError,
 )
 from controller.kube.client import (
+    ERRORS,
     ApiError,
     ClientOptions,
     KubeClient,
@@ -41,9 +42,10 @@ from controller.kube.client import (
     ServerUnavailable,
     connect,
     resource_path,
-    status_error,
 )
 from hack.kube import Cluster
+from runtime.kube.client import status_error as base_status_error
+from runtime.kube.errors import KubeError
 from runtime.kube.reflector import Backoff, Delta, Key, Reflector
 
 pytestmark = pytest.mark.kube
@@ -703,6 +705,11 @@ def test_backoff_doubles_with_jitter_up_to_its_maximum() -> None:
     assert backoff.next(at_least=9.0) == 9.0
     backoff.reset()
     assert backoff.next() == 0.75
+
+
+def status_error(code: int, body: bytes) -> KubeError:
+    """What the controller's client raises for ``code`` and ``body``."""
+    return base_status_error(code, body, errors=ERRORS)
 
 
 def test_status_errors_without_a_status_body() -> None:
