@@ -419,7 +419,9 @@ class ReservationController:
             if result.updated is not None:
                 updates.append(result.updated)
         self._outbox.send(
-            store, [Write.update(r) for r in updates], functools.partial(self._written, updates)
+            store,
+            [Write.update_status(r) for r in updates],
+            functools.partial(self._written, updates),
         )
         if not self.args.disable_garbage_collection:
             waits.extend(self._collect(ctx, reservations, nodes, now))
