@@ -139,28 +139,12 @@ class Conflict(StoreError, kube.Conflict):  # noqa: N818 - reads as Kubernetes s
         )
 
 
-class Invalid(StoreError, kube.Invalid):  # noqa: N818 - reads as Kubernetes says it
-    """An object the store refuses to keep.
+class Invalid(kube.Invalid, StoreError):  # noqa: N818 - reads as Kubernetes says it
+    """An object the store refuses to keep (its fields are :class:`runtime.kube.errors.Invalid`'s).
 
     ``causes`` holds one ``field: reason`` line per problem; ``field`` and ``value`` are those of
     the first problem (empty when it names no value).
     """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        kind: Kind | None = None,
-        namespace: str = "",
-        name: str = "",
-        causes: Sequence[str] = (),
-        field: str = "",
-        value: str = "",
-    ) -> None:
-        super().__init__(message, kind=kind, namespace=namespace, name=name)
-        self.causes = tuple(causes)
-        self.field = field
-        self.value = value
 
     @classmethod
     def of(

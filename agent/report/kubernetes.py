@@ -160,20 +160,12 @@ class KubePublisher:
         self._events: collections.deque[Event] = collections.deque(maxlen=EVENT_BACKLOG)
         self._wake = asyncio.Event()
         self._unreachable = False
-        #: Writes done, by what was written (``device``, ``nodemetric``, ``event``).
-        self.writes: collections.Counter[str] = collections.Counter()
 
     async def __aenter__(self) -> KubePublisher:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         return None
-
-    @property
-    def pending(self) -> tuple[str, ...]:
-        """What waits to be sent again (``device``, ``nodemetric``, ``events``)."""
-        kept = tuple(self._pending)
-        return (*kept, "events") if self._events else kept
 
     # --- the Publisher -----------------------------------------------------------------------
 
@@ -214,8 +206,6 @@ class KubePublisher:
         if self._pending.get(leaf) is obj:
             del self._pending[leaf]
         self._back()
-        if written:
-            self.writes[leaf] += 1
         return written
 
     async def _send_events(self) -> None:
@@ -235,7 +225,6 @@ class KubePublisher:
             except KubeError as err:
                 log.error("%s: the API server refused an Event: %s", self.name, err)
             else:
-                self.writes["event"] += 1
                 self._back()
             if self._events and self._events[0] is event:
                 self._events.popleft()

@@ -174,6 +174,43 @@ def bare_node(cluster: Cluster, name: str) -> dict[str, Any]:
     return dict(node)
 
 
+def be_pod(name: str, namespace: str, node: str) -> dict[str, Any]:
+    """A BE pod bound to ``node`` asking 4 cores of batch-cpu, open to the agent's evictions
+    (``koordinator.sh/eviction-enabled``)."""
+    batch = {k.RESOURCE_BATCH_CPU: "4000"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {k.LABEL_QOS_CLASS: "BE", "koordinator.sh/eviction-enabled": "true"},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": batch, "limits": batch},
+                }
+            ],
+        },
+    }
+
+
+def evicted(cluster: Cluster, namespace: str, uid: str) -> Callable[[], dict[str, Any] | None]:
+    """A probe: the ``Evicted`` Event of the pod ``uid`` in ``namespace``."""
+
+    def probe() -> dict[str, Any] | None:
+        for event in get(cluster, f"/api/v1/namespaces/{namespace}/events")["items"]:
+            if event["involvedObject"].get("uid") == uid and event["reason"] == "Evicted":
+                return dict(event)
+        return None
+
+    return probe
+
+
 def agent_config(
     kubepods_parent: str,
     profile: str,

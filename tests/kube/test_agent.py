@@ -46,8 +46,10 @@ from tests.kube.koordpy_process import (
     account_kubeconfig,
     agent_config,
     bare_node,
+    be_pod,
     create,
     eventually,
+    evicted,
     get,
     when,
 )
@@ -313,31 +315,6 @@ def test_the_nodemetric_status_is_reported_at_its_specs_interval(scene: Scene) -
     )
 
 
-def _be_pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {k.LABEL_QOS_CLASS: "BE", "koordinator.sh/eviction-enabled": "true"},
-        },
-        "spec": {
-            "nodeName": NODE,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox",
-                    "resources": {
-                        "requests": {k.RESOURCE_BATCH_CPU: "4000"},
-                        "limits": {k.RESOURCE_BATCH_CPU: "4000"},
-                    },
-                }
-            ],
-        },
-    }
-
-
 def _nodeslo(cluster: Cluster) -> None:
     """The node's NodeSLO as koord-manager renders it with BE thresholds on: CPU suppress at
     its default 65 %, and evictions by the batch allocatable."""
@@ -365,7 +342,9 @@ def test_a_be_pod_over_the_batch_allocatable_is_evicted_through_the_eviction_api
     scene: Scene,
 ) -> None:
     cluster = scene.cluster
-    pod = create(cluster, f"/api/v1/namespaces/{NAMESPACE}/pods", _be_pod("be-over"))
+    pod = create(
+        cluster, f"/api/v1/namespaces/{NAMESPACE}/pods", be_pod("be-over", NAMESPACE, NODE)
+    )
     uid = pod["metadata"]["uid"]
     scene.tree.mkdir(paths.pod_dir(scene.info, KubeQoS.BEST_EFFORT, uid))
     eventually(
@@ -380,15 +359,7 @@ def test_a_be_pod_over_the_batch_allocatable_is_evicted_through_the_eviction_api
     # NodeSLO (read through the agent's watch) does.
     _nodeslo(cluster)
 
-    def evicted() -> dict[str, Any] | None:
-        listed = get(cluster, f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
-        for event in listed:
-            involved = event["involvedObject"]
-            if involved.get("uid") == uid and event["reason"] == "Evicted":
-                return dict(event)
-        return None
-
-    event = eventually("the eviction's Event", evicted)
+    event = eventually("the eviction's Event", evicted(cluster, NAMESPACE, uid))
     assert event["source"] == {"component": "koordlet", "host": NODE}
     assert "CPUAllocatableEvict" in event["message"]
 

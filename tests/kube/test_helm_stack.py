@@ -44,8 +44,10 @@ from tests.kube.koordpy_process import (
     account_kubeconfig,
     agent_config,
     bare_node,
+    be_pod,
     create,
     eventually,
+    evicted,
     get,
     when,
 )
@@ -242,29 +244,7 @@ def test_the_controller_writes_gpu_resources_and_binds_a_gpu_pod_with_its_device
 
 def test_an_agent_evicts_a_be_pod_once_the_configmap_turns_evictions_on(stack: Stack) -> None:
     cluster = stack.cluster
-    be = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "be-batch",
-            "namespace": WORK,
-            "labels": {k.LABEL_QOS_CLASS: "BE", "koordinator.sh/eviction-enabled": "true"},
-        },
-        "spec": {
-            "nodeName": H100,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox",
-                    "resources": {
-                        "requests": {k.RESOURCE_BATCH_CPU: "4000"},
-                        "limits": {k.RESOURCE_BATCH_CPU: "4000"},
-                    },
-                }
-            ],
-        },
-    }
-    made = create(cluster, f"/api/v1/namespaces/{WORK}/pods", be)
+    made = create(cluster, f"/api/v1/namespaces/{WORK}/pods", be_pod("be-batch", WORK, H100))
     uid = made["metadata"]["uid"]
     stack.trees[H100].mkdir(paths.pod_dir(stack.infos[H100], KubeQoS.BEST_EFFORT, uid))
     eventually(
@@ -291,13 +271,9 @@ def test_an_agent_evicts_a_be_pod_once_the_configmap_turns_evictions_on(stack: S
     status, body = cluster.request("PUT", SLO_CONFIG, config)
     assert status == 200, body
 
-    def evicted() -> dict[str, Any] | None:
-        for event in get(cluster, f"/api/v1/namespaces/{WORK}/events")["items"]:
-            if event["involvedObject"].get("uid") == uid and event["reason"] == "Evicted":
-                return dict(event)
-        return None
-
-    event = eventually("the agent's eviction of the BE pod", evicted, timeout=90.0)
+    event = eventually(
+        "the agent's eviction of the BE pod", evicted(cluster, WORK, uid), timeout=90.0
+    )
     assert event["source"]["component"] == "koordlet"
     assert event["source"]["host"] == H100
 
